@@ -1,0 +1,127 @@
+package contract
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestSentinelTable(t *testing.T) {
+	cases := []struct {
+		s         Sentinel
+		retryable bool
+		code      int
+		class     Class
+	}{
+		{Done, false, 0, ClassDone},
+		{Fail, false, 1, ClassFail},
+		{Wait, false, 10, ClassWait},
+		{Idle, false, 11, ClassIdle},
+		{Stuck, true, 12, ClassStuck},
+		{Stuck, false, 13, ClassBudget},
+	}
+	for _, c := range cases {
+		if got := ExitCode(c.s, c.retryable); got != c.code {
+			t.Errorf("ExitCode(%s,%v) = %d, want %d", c.s, c.retryable, got, c.code)
+		}
+		if got := ClassOfExitCode(c.code); got != c.class {
+			t.Errorf("ClassOfExitCode(%d) = %s, want %s", c.code, got, c.class)
+		}
+	}
+	if got := ClassOfExitCode(2); got != ClassInvalidConfig {
+		t.Errorf("exit 2 = %s, want InvalidConfig", got)
+	}
+	for _, code := range []int{137, 139, 143, -1, 3, 255} {
+		if got := ClassOfExitCode(code); got != ClassStuck {
+			t.Errorf("exit %d = %s, want a counted STUCK", code, got)
+		}
+	}
+}
+
+func TestParseSentinel(t *testing.T) {
+	if s, err := ParseSentinel("wait"); err != nil || s != Wait {
+		t.Fatalf("ParseSentinel(wait) = %q, %v", s, err)
+	}
+	if _, err := ParseSentinel("MAYBE"); err == nil || !strings.Contains(err.Error(), "DONE, FAIL") {
+		t.Fatalf("ParseSentinel(MAYBE) error = %v, want one that lists the sentinels", err)
+	}
+}
+
+func TestEncodeFitsAndCutsRecapFirst(t *testing.T) {
+	m := TerminationMessage{
+		Sentinel: Wait, Recap: strings.Repeat("réçap \"quoted\" ", 800), ExitReason: ReasonEndTurn,
+		Turns: 42, Usage: Usage{PromptTokens: 1, CompletionTokens: 2, CachedTokens: 3},
+		FollowUp: &FollowUp{AfterMinutes: 20, Context: "check the reply"},
+		Jobs:     []Job{{Op: JobCreate, ID: "water", Kind: JobPeriodic, Schedule: "0 9 * * *", Description: "water plants"}},
+	}
+	b, err := m.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) > MaxTerminationMessageBytes {
+		t.Fatalf("encoded %d bytes, limit %d", len(b), MaxTerminationMessageBytes)
+	}
+	got, err := DecodeTerminationMessage(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Sentinel != Wait || got.Turns != 42 || got.FollowUp == nil || got.FollowUp.Context != "check the reply" || len(got.Jobs) != 1 {
+		t.Fatalf("cutting lost more than the recap: %+v", got)
+	}
+	if !strings.HasSuffix(got.Recap, "…[cut]") || len(got.Recap) < 1000 {
+		t.Fatalf("recap should be cut, not emptied: %d bytes", len(got.Recap))
+	}
+}
+
+func TestEncodeCutsJobsWhenRecapIsNotEnough(t *testing.T) {
+	var jobs []Job
+	for i := 0; i < 40; i++ {
+		jobs = append(jobs, Job{Op: JobCreate, ID: strings.Repeat("j", 40), Kind: JobOneTime, Schedule: "5 4 3 2 *",
+			Description: strings.Repeat("d", 200), Context: strings.Repeat("c", 200)})
+	}
+	m := TerminationMessage{Sentinel: Done, Recap: "short", Jobs: jobs}
+	b, err := m.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) > MaxTerminationMessageBytes {
+		t.Fatalf("encoded %d bytes", len(b))
+	}
+	var back TerminationMessage
+	if err := json.Unmarshal(b, &back); err != nil || back.Sentinel != Done || len(back.Jobs) == 0 {
+		t.Fatalf("decoded %+v, %v", back, err)
+	}
+}
+
+func TestDecodeRejectsGarbage(t *testing.T) {
+	for _, in := range []string{"", "not json", `{"sentinel":"MAYBE"}`, `{"recap":"x"}`} {
+		if _, err := DecodeTerminationMessage([]byte(in)); err == nil {
+			t.Errorf("DecodeTerminationMessage(%q) accepted garbage", in)
+		}
+	}
+}
+
+func TestEnvironRoundTripNames(t *testing.T) {
+	s := Settings{Run: "ns/r", Attempt: 2, RigEndpoint: "http://rig:8048/mcp", Trigger: "go",
+		MaxTurns: 300, SkillsDirs: []string{"/a", "/b"}, DenyTools: []string{"force_quit"}, Resume: true}
+	env := map[string]string{}
+	for _, e := range s.Environ() {
+		env[e.Name] = e.Value
+	}
+	want := map[string]string{
+		"CLAWFARM_RUN": "ns/r", "CLAWFARM_ATTEMPT": "2", "CLAWFARM_RIG_ENDPOINT": "http://rig:8048/mcp",
+		"CLAWFARM_TRIGGER": "go", "CLAWFARM_MAX_TURNS": "300", "CLAWFARM_SKILLS_DIRS": "/a,/b",
+		"CLAWFARM_DENY_TOOLS": "force_quit", "CLAWFARM_RESUME": "true",
+	}
+	for k, v := range want {
+		if env[k] != v {
+			t.Errorf("%s = %q, want %q", k, env[k], v)
+		}
+	}
+	if _, ok := env["CLAWFARM_MODEL_API_KEY"]; ok {
+		t.Error("Environ must never carry the API key")
+	}
+	if _, _, err := ParseRunRef("noslash"); err == nil {
+		t.Error("ParseRunRef accepted a ref without namespace")
+	}
+}

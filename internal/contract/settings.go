@@ -1,0 +1,135 @@
+package contract
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Setting names one loop setting: its flag and the environment variable beside it (flag wins).
+type Setting struct {
+	Flag string // without the leading dashes; empty for env-only settings
+	Env  string
+	Help string
+}
+
+// The loop's settings (DESIGN.md, "The pod contract (v1)").
+var (
+	SettingRun            = Setting{"run", "CLAWFARM_RUN", "namespace/name of the AgentRun (progress is patched there; empty = no cluster)"}
+	SettingAttempt        = Setting{"attempt", "CLAWFARM_ATTEMPT", "attempt number, from 1"}
+	SettingRigEndpoint    = Setting{"rig-endpoint", "CLAWFARM_RIG_ENDPOINT", "the rig's MCP URL"}
+	SettingTrigger        = Setting{"trigger", "CLAWFARM_TRIGGER", "the opening message"}
+	SettingModelProvider  = Setting{"model-provider", "CLAWFARM_MODEL_PROVIDER", "provider preset (openai, anthropic, qwen, moonshot, deepseek, google, openai-compatible)"}
+	SettingModel          = Setting{"model", "CLAWFARM_MODEL", "model name"}
+	SettingModelBaseURL   = Setting{"model-base-url", "CLAWFARM_MODEL_BASE_URL", "base URL override"}
+	SettingModelAPIKey    = Setting{"", "CLAWFARM_MODEL_API_KEY", "the API key, from a Secret (env only: never a flag, never printed)"}
+	SettingContextWindow  = Setting{"context-window", "CLAWFARM_CONTEXT_WINDOW", "input budget in tokens"}
+	SettingMaxTurns       = Setting{"max-turns", "CLAWFARM_MAX_TURNS", "turn limit"}
+	SettingSessionSeconds = Setting{"session-seconds", "CLAWFARM_SESSION_SECONDS", "session budget in seconds"}
+	SettingStateDir       = Setting{"state-dir", "CLAWFARM_STATE_DIR", "the rig's state volume"}
+	SettingSkillsDirs     = Setting{"skills-dirs", "CLAWFARM_SKILLS_DIRS", "extra skill folders (mounted ConfigMaps), comma-separated"}
+	SettingDenyTools      = Setting{"deny-tools", "CLAWFARM_DENY_TOOLS", "tools the policy blocks, comma-separated"}
+	SettingResume         = Setting{"resume", "CLAWFARM_RESUME", "continue this attempt from its snapshot"}
+	SettingTerminationLog = Setting{"termination-log", "CLAWFARM_TERMINATION_LOG", "where the termination message is written"}
+)
+
+// AllSettings lists every setting in contract order.
+var AllSettings = []Setting{
+	SettingRun, SettingAttempt, SettingRigEndpoint, SettingTrigger,
+	SettingModelProvider, SettingModel, SettingModelBaseURL, SettingModelAPIKey,
+	SettingContextWindow, SettingMaxTurns, SettingSessionSeconds, SettingStateDir,
+	SettingSkillsDirs, SettingDenyTools, SettingResume, SettingTerminationLog,
+}
+
+// Defaults of the contract.
+const (
+	DefaultMaxTurns       = 300
+	DefaultSessionSeconds = 3600
+	DefaultContextWindow  = 128000
+	DefaultTerminationLog = "/dev/termination-log"
+	// StateMountPath is where the operator mounts the rig's state volume in a loop pod.
+	StateMountPath = "/var/lib/clawfarm/state"
+	// SkillsMountRoot is where skill ConfigMaps are mounted, one folder each.
+	SkillsMountRoot = "/etc/clawfarm/skills"
+)
+
+// Settings is the loop's configuration. The operator renders it into a pod's
+// environment with Environ; the loop reads it back with flags over the environment.
+type Settings struct {
+	Run            string // namespace/name
+	Attempt        int
+	RigEndpoint    string
+	Trigger        string
+	ModelProvider  string
+	Model          string
+	ModelBaseURL   string
+	ContextWindow  int
+	MaxTurns       int
+	SessionSeconds int
+	StateDir       string
+	SkillsDirs     []string
+	DenyTools      []string
+	Resume         bool
+	TerminationLog string
+}
+
+// Environ renders the settings as environment variables (name → value),
+// leaving out empty ones. The API key is not part of Settings: the operator
+// wires it from a Secret reference, never as a literal.
+func (s Settings) Environ() []EnvVar {
+	var out []EnvVar
+	add := func(st Setting, v string) {
+		if v != "" {
+			out = append(out, EnvVar{Name: st.Env, Value: v})
+		}
+	}
+	itoa := func(n int) string {
+		if n == 0 {
+			return ""
+		}
+		return strconv.Itoa(n)
+	}
+	add(SettingRun, s.Run)
+	add(SettingAttempt, itoa(s.Attempt))
+	add(SettingRigEndpoint, s.RigEndpoint)
+	add(SettingTrigger, s.Trigger)
+	add(SettingModelProvider, s.ModelProvider)
+	add(SettingModel, s.Model)
+	add(SettingModelBaseURL, s.ModelBaseURL)
+	add(SettingContextWindow, itoa(s.ContextWindow))
+	add(SettingMaxTurns, itoa(s.MaxTurns))
+	add(SettingSessionSeconds, itoa(s.SessionSeconds))
+	add(SettingStateDir, s.StateDir)
+	add(SettingSkillsDirs, strings.Join(s.SkillsDirs, ","))
+	add(SettingDenyTools, strings.Join(s.DenyTools, ","))
+	if s.Resume {
+		add(SettingResume, "true")
+	}
+	add(SettingTerminationLog, s.TerminationLog)
+	return out
+}
+
+// EnvVar is one environment variable.
+type EnvVar struct {
+	Name, Value string
+}
+
+// ParseRunRef splits "namespace/name".
+func ParseRunRef(ref string) (namespace, name string, err error) {
+	ns, n, ok := strings.Cut(ref, "/")
+	if !ok || ns == "" || n == "" || strings.Contains(n, "/") {
+		return "", "", fmt.Errorf("%s=%q: want namespace/name", SettingRun.Env, ref)
+	}
+	return ns, n, nil
+}
+
+// SplitList splits a comma-separated list, dropping blanks.
+func SplitList(v string) []string {
+	var out []string
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

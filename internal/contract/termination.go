@@ -1,0 +1,166 @@
+package contract
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"unicode/utf8"
+)
+
+// MaxTerminationMessageBytes is the kubelet's limit on a termination message.
+const MaxTerminationMessageBytes = 4096
+
+// ExitReason says why a session ended (seed 002, exit reasons).
+type ExitReason string
+
+// The exit reasons the loop reports.
+const (
+	ReasonEndTurn             ExitReason = "end_turn"
+	ReasonMaxRounds           ExitReason = "max_rounds"
+	ReasonCircuitBreaker      ExitReason = "circuit_breaker"
+	ReasonNoToolCalls         ExitReason = "no_tool_calls"
+	ReasonUserCancel          ExitReason = "user_cancel"
+	ReasonContextOverflow     ExitReason = "context_overflow"
+	ReasonFatalError          ExitReason = "fatal_error"
+	ReasonCompactionExhausted ExitReason = "compaction_exhausted"
+	ReasonMalformedTurns      ExitReason = "malformed_turns"
+	ReasonBudgetExhausted     ExitReason = "budget_exhausted"
+	ReasonRigUnavailable      ExitReason = "rig_unavailable"
+)
+
+// Usage is the token usage of a session.
+type Usage struct {
+	PromptTokens     int64 `json:"promptTokens"`
+	CompletionTokens int64 `json:"completionTokens"`
+	CachedTokens     int64 `json:"cachedTokens"`
+}
+
+// FollowUp is what a WAIT asks of the operator: when to wake the next session, and what to tell it.
+type FollowUp struct {
+	AfterMinutes int    `json:"afterMinutes"`
+	Context      string `json:"context,omitempty"`
+}
+
+// JobOp is what happened to an agent-created job during the session.
+type JobOp string
+
+// Job operations.
+const (
+	JobCreate JobOp = "create"
+	JobFinish JobOp = "finish"
+)
+
+// JobKind is one-time or periodic.
+type JobKind string
+
+// Job kinds.
+const (
+	JobOneTime  JobKind = "one-time"
+	JobPeriodic JobKind = "periodic"
+)
+
+// Job is an agent-created job (create_job / finish_job) reported to the operator.
+type Job struct {
+	Op          JobOp   `json:"op"`
+	ID          string  `json:"id"`
+	Kind        JobKind `json:"kind,omitempty"`
+	Schedule    string  `json:"schedule,omitempty"` // 5-field cron, "M H D Mon W", UTC
+	Description string  `json:"description,omitempty"`
+	Context     string  `json:"context,omitempty"`
+	Status      string  `json:"status,omitempty"` // finish: done, fail or cancel
+}
+
+// TerminationMessage is the JSON object the loop writes to its termination log.
+type TerminationMessage struct {
+	Sentinel   Sentinel   `json:"sentinel"`
+	Recap      string     `json:"recap"`
+	ExitReason ExitReason `json:"exitReason"`
+	Retryable  bool       `json:"retryable"`
+	Turns      int        `json:"turns"`
+	Usage      Usage      `json:"usage"`
+	FollowUp   *FollowUp  `json:"followUp,omitempty"`
+	Jobs       []Job      `json:"jobs,omitempty"`
+}
+
+// ExitCode is the exit code that goes with the message.
+func (m *TerminationMessage) ExitCode() int { return ExitCode(m.Sentinel, m.Retryable) }
+
+// Class is what the message means to the operator.
+func (m *TerminationMessage) Class() Class { return ClassOfSentinel(m.Sentinel, m.Retryable) }
+
+// Encode renders the message within MaxTerminationMessageBytes. The recap is
+// cut first, then the follow-up context, then job contexts and descriptions,
+// then jobs themselves; the sentinel and counters always survive.
+func (m TerminationMessage) Encode() ([]byte, error) {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("encode termination message: %w", err)
+	}
+	if len(b) <= MaxTerminationMessageBytes {
+		return b, nil
+	}
+	over := len(b) - MaxTerminationMessageBytes
+	m.Recap = cut(m.Recap, over)
+	if b, err = json.Marshal(m); err != nil || len(b) <= MaxTerminationMessageBytes {
+		return b, err
+	}
+	if m.FollowUp != nil {
+		f := *m.FollowUp
+		f.Context = cut(f.Context, len(b)-MaxTerminationMessageBytes)
+		m.FollowUp = &f
+	}
+	jobs := append([]Job(nil), m.Jobs...)
+	m.Jobs = jobs
+	for i := range jobs {
+		if b, err = json.Marshal(m); err != nil || len(b) <= MaxTerminationMessageBytes {
+			return b, err
+		}
+		jobs[i].Context = ""
+		jobs[i].Description = cut(jobs[i].Description, 64)
+	}
+	for len(m.Jobs) > 0 {
+		if b, err = json.Marshal(m); err != nil || len(b) <= MaxTerminationMessageBytes {
+			return b, err
+		}
+		m.Jobs = m.Jobs[:len(m.Jobs)-1]
+	}
+	return json.Marshal(m)
+}
+
+// cut shortens s by at least n bytes (plus room for the marker), on a rune boundary.
+func cut(s string, n int) string {
+	const marker = "…[cut]"
+	// JSON escaping can make a byte of s cost up to 6 bytes of output; cut generously.
+	keep := len(s) - n - len(marker) - 16
+	if keep <= 0 {
+		return ""
+	}
+	for keep > 0 && !utf8.RuneStart(s[keep]) {
+		keep--
+	}
+	return s[:keep] + marker
+}
+
+// DecodeTerminationMessage parses a termination message and checks it.
+func DecodeTerminationMessage(data []byte) (*TerminationMessage, error) {
+	var m TerminationMessage
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("termination message is not the contract's JSON: %w", err)
+	}
+	if _, err := ParseSentinel(string(m.Sentinel)); err != nil {
+		return nil, fmt.Errorf("termination message: %w", err)
+	}
+	return &m, nil
+}
+
+// WriteTerminationMessage writes the encoded message to path (the termination log).
+func WriteTerminationMessage(path string, m TerminationMessage) error {
+	b, err := m.Encode()
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return fmt.Errorf("write termination message to %s: %w", path, err)
+	}
+	return nil
+}
