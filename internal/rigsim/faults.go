@@ -1,0 +1,81 @@
+package rigsim
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Faults are the failures a rig produces on demand (RIG-CONTRACT.md, "How real rigs fail").
+// Each one looks on the wire the way the real failure does.
+type Faults struct {
+	// Latency overrides a tool's typical duration (then scaled by the rig's time scale).
+	Latency map[string]Duration `json:"latency,omitempty"`
+	// Glare is the fraction of text labels the OCR drops or misreads (glare, poor light).
+	Glare float64 `json:"glare,omitempty"`
+	// MissedTaps is the fraction of touches that do nothing (a worn solenoid cable).
+	MissedTaps float64 `json:"missedTaps,omitempty"`
+	// TapOffset is added to every touch point, in screen fractions (a bumped rig).
+	TapOffset [2]float64 `json:"tapOffset,omitempty"`
+	// CrashApp crashes the next time a gesture leaves it in the foreground (one shot).
+	CrashApp string `json:"crashApp,omitempty"`
+	// CameraHiccups is the fraction of gestures that come back text-only, without a view.
+	CameraHiccups float64 `json:"cameraHiccups,omitempty"`
+	// Busy is the fraction of calls refused as if another gesture held the lock.
+	Busy float64 `json:"busy,omitempty"`
+	// Disconnected drops every MCP and health request on the floor (host asleep, Wi-Fi split).
+	Disconnected bool `json:"disconnected,omitempty"`
+	// Health overrides /api/status fields; arm, camera or calibrated false make tools fail
+	// as on an unset rig, bridge false makes screenshot and the clipboard fail (bridge backgrounded).
+	Health map[string]bool `json:"health,omitempty"`
+}
+
+// The health fields of GET /api/status (RIG-CONTRACT.md, "Transport").
+var healthFields = []string{"arm", "camera", "bridge", "calibrated", "origin_pinned", "ready", "layout_learned"}
+
+// Validate checks fractions, tool names and health field names.
+func (f Faults) Validate() error {
+	for name, v := range map[string]float64{"glare": f.Glare, "missedTaps": f.MissedTaps, "cameraHiccups": f.CameraHiccups, "busy": f.Busy} {
+		if v < 0 || v > 1 {
+			return fmt.Errorf("fault %s=%v: want a fraction between 0 and 1", name, v)
+		}
+	}
+	for tool, d := range f.Latency {
+		if _, ok := typicalDuration[tool]; !ok {
+			return fmt.Errorf("fault latency.%s: no such tool; want one of %s", tool, strings.Join(ToolNames, ", "))
+		}
+		if d < 0 {
+			return fmt.Errorf("fault latency.%s=%s: want a duration of zero or more", tool, time.Duration(d))
+		}
+	}
+	for k := range f.Health {
+		if !slices.Contains(healthFields, k) {
+			return fmt.Errorf("fault health.%s: no such field; want one of %s", k, strings.Join(healthFields, ", "))
+		}
+	}
+	return nil
+}
+
+// healthy reports a health field, true unless a fault says otherwise.
+func (f Faults) healthy(field string) bool {
+	v, ok := f.Health[field]
+	return !ok || v
+}
+
+// typicalDuration is how long each tool takes on a real rig (RIG-CONTRACT.md, the tool table).
+// The simulated clock advances by it; the wall clock sleeps it times the time scale.
+var typicalDuration = map[string]time.Duration{
+	"peek":              4 * time.Second,
+	"screenshot":        12 * time.Second,
+	"tap":               2 * time.Second,
+	"double_tap":        2 * time.Second,
+	"long_press":        3 * time.Second,
+	"swipe":             3 * time.Second,
+	"home_screen":       3 * time.Second,
+	"go_back":           3 * time.Second,
+	"force_quit":        8 * time.Second,
+	"unlock_phone":      15 * time.Second,
+	"send_to_clipboard": 6 * time.Second,
+	"sequence":          2 * time.Second, // plus each step's own
+}

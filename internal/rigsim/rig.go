@@ -1,0 +1,160 @@
+// Package rigsim is a simulated PhysiClaw rig: the same twelve MCP tools over
+// streamable HTTP, the same health route, the same results and the same ways of
+// failing, over a simulated phone (package phone) instead of a real one. A loop
+// cannot tell it from a real rig; a test can read its ground truth and inject
+// faults through /api/sim/.
+package rigsim
+
+import (
+	"context"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/clawfarm/clawfarm/internal/rigsim/phone"
+)
+
+// Rig is one simulated rig: a phone, its faults, its busy lock and its MCP server.
+type Rig struct {
+	name string
+	cfg  Config
+
+	busy sync.Mutex // the gesture lock: held for the whole of a tool call, never waited on
+
+	mu       sync.Mutex // guards everything below
+	phone    *phone.Phone
+	faults   Faults
+	rng      *rand.Rand
+	lastWall time.Time
+
+	server  *mcp.Server
+	handler *mcp.StreamableHTTPHandler
+}
+
+// New builds a rig named name from its configuration.
+func New(name string, cfg Config) *Rig {
+	if cfg.UnlockCode == "" {
+		cfg.UnlockCode = DefaultUnlockCode
+	}
+	r := &Rig{name: name, cfg: cfg, phone: phone.New(cfg.Phone.phone()), faults: cfg.Faults,
+		rng: rand.New(rand.NewPCG(cfg.Seed, nameHash(name))), lastWall: time.Now()}
+	r.server = newMCPServer(r)
+	r.handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return r.server },
+		&mcp.StreamableHTTPOptions{DisableLocalhostProtection: true})
+	return r
+}
+
+// Name is the rig's name.
+func (r *Rig) Name() string { return r.name }
+
+func nameHash(s string) uint64 {
+	var h uint64 = 14695981039346656037
+	for i := 0; i < len(s); i++ {
+		h = (h ^ uint64(s[i])) * 1099511628211
+	}
+	return h
+}
+
+// syncClock advances the phone with the wall clock when the rig runs in wall-clock mode. Holds mu.
+func (r *Rig) syncClock() {
+	now := time.Now()
+	if r.cfg.WallClock {
+		r.phone.Advance(now.Sub(r.lastWall))
+	}
+	r.lastWall = now
+}
+
+// chance draws against a fault fraction. Holds mu.
+func (r *Rig) chance(p float64) bool { return p > 0 && r.rng.Float64() < p }
+
+// Faults returns the faults in force.
+func (r *Rig) Faults() Faults {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.faults
+}
+
+// SetFaults replaces the faults in force.
+func (r *Rig) SetFaults(f Faults) error {
+	if err := f.Validate(); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.faults = f
+	return nil
+}
+
+// State is the phone's ground truth.
+func (r *Rig) State() phone.State {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.syncClock()
+	return r.phone.State()
+}
+
+// Advance moves the phone's clock forward (replies arrive, timers run down, the phone may auto-lock).
+func (r *Rig) Advance(d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.phone.Advance(d)
+}
+
+// LockPhone makes the phone lock itself now.
+func (r *Rig) LockPhone() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.phone.Lock()
+}
+
+// CrashApp crashes app now (the foreground app if empty); it reports whether anything crashed.
+func (r *Rig) CrashApp(app string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if app == "" {
+		app = r.phone.Foreground()
+	}
+	return app != "" && r.phone.Crash(app)
+}
+
+// Status is GET /api/status: PhysiClaw's health fields.
+type Status struct {
+	Arm           bool `json:"arm"`
+	Camera        bool `json:"camera"`
+	Bridge        bool `json:"bridge"`
+	Calibrated    bool `json:"calibrated"`
+	OriginPinned  bool `json:"origin_pinned"`
+	Ready         bool `json:"ready"`
+	LayoutLearned bool `json:"layout_learned"`
+}
+
+// Status reports the rig's health, all true unless a fault says otherwise.
+func (r *Rig) Status() Status {
+	f := r.Faults()
+	return Status{Arm: f.healthy("arm"), Camera: f.healthy("camera"), Bridge: f.healthy("bridge"),
+		Calibrated: f.healthy("calibrated"), OriginPinned: f.healthy("origin_pinned"),
+		Ready: f.healthy("ready"), LayoutLearned: f.healthy("layout_learned")}
+}
+
+// sleep waits a tool's real time: its typical (or fault-overridden) duration times the time scale.
+func (r *Rig) sleep(ctx context.Context, tool string, extra time.Duration) time.Duration {
+	r.mu.Lock()
+	d := typicalDuration[tool]
+	if o, ok := r.faults.Latency[tool]; ok {
+		d = time.Duration(o)
+	}
+	r.mu.Unlock()
+	d += extra
+	if real := time.Duration(float64(d) * r.cfg.TimeScale); real > 0 {
+		t := time.NewTimer(real)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+	}
+	return d
+}

@@ -1,0 +1,171 @@
+package rigsim
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"slices"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// ToolNames are the twelve rig tools in wire order (RIG-CONTRACT.md, "The twelve tools, in wire order").
+var ToolNames = []string{"peek", "screenshot", "tap", "double_tap", "long_press", "swipe",
+	"home_screen", "go_back", "force_quit", "unlock_phone", "send_to_clipboard", "sequence"}
+
+// Identity is what the rig says it is at the MCP handshake: a PhysiClaw server.
+var Identity = mcp.Implementation{Name: "physiclaw", Version: "0.4.3"}
+
+//go:embed doctrine.md
+var doctrine string
+
+type schema = map[string]any
+
+var bboxSchema = schema{
+	"type": "array", "minItems": 4, "maxItems": 4,
+	"items":       schema{"type": "number", "minimum": 0, "maximum": 1},
+	"description": "Screen bbox [left, top, right, bottom] as 0-1 decimals, with left < right and top < bottom.",
+}
+
+var swipeProperties = schema{
+	"bbox":      bboxSchema,
+	"direction": schema{"type": "string", "enum": swipeDirections, "description": "which way the stylus moves (not the page)"},
+	"size":      schema{"type": "string", "enum": swipeSizeOrder, "default": "m", "description": "stroke length: s/m/l/xl/xxl = 0.10/0.30/0.50/0.75/0.90 of the screen"},
+	"speed":     schema{"type": "string", "enum": swipeSpeeds, "default": "medium", "description": "stylus speed; faster strokes coast further"},
+}
+
+var clipboardTextSchema = schema{"type": "string", "minLength": 1, "maxLength": maxClipboardChars,
+	"description": "Plain text to copy to the phone's clipboard. Pass the text directly, not a JSON object."}
+
+func object(props schema, required ...string) schema {
+	s := schema{"type": "object", "properties": props}
+	if props == nil {
+		s["properties"] = schema{}
+	}
+	if len(required) > 0 {
+		s["required"] = required
+	}
+	return s
+}
+
+// toolSpec is one tool: its description, input schema and handler.
+type toolSpec struct {
+	name        string
+	description string
+	input       schema
+	handle      func(ctx context.Context, r *Rig, raw json.RawMessage) *mcp.CallToolResult
+}
+
+func bboxTool(name, description string, g func(r *Rig, b bbox) (string, error)) toolSpec {
+	return toolSpec{name, description, object(schema{"bbox": bboxSchema}, "bbox"), func(ctx context.Context, r *Rig, raw json.RawMessage) *mcp.CallToolResult {
+		a, err := parseArgs(raw, "bbox")
+		if err != nil {
+			return errResult(name, err)
+		}
+		b, err := parseBBox(a["bbox"])
+		if err != nil {
+			return errResult(name, err)
+		}
+		return r.runGesture(ctx, name, 0, func(r *Rig) (string, error) { return g(r, b) })
+	}}
+}
+
+func bareTool(name, description string, g func(r *Rig) (string, error)) toolSpec {
+	return toolSpec{name, description, object(nil), func(ctx context.Context, r *Rig, raw json.RawMessage) *mcp.CallToolResult {
+		if _, err := parseArgs(raw); err != nil {
+			return errResult(name, err)
+		}
+		return r.runGesture(ctx, name, 0, g)
+	}}
+}
+
+func lookTool(name, description string) toolSpec {
+	return toolSpec{name, description, object(nil), func(ctx context.Context, r *Rig, raw json.RawMessage) *mcp.CallToolResult {
+		if _, err := parseArgs(raw); err != nil {
+			return errResult(name, err)
+		}
+		return r.runLook(ctx, name)
+	}}
+}
+
+// tools are the twelve, in wire order.
+var tools = []toolSpec{
+	lookTool("peek", "Look at the phone through the overhead camera (~4 s, changes nothing). Returns a JPEG with icon boxes drawn and the element listing, one row per element: id [kind] \"label\" [left,top,right,bottom] conf."),
+	lookTool("screenshot", "Take the phone's own screenshot (~12 s, sharper than peek, and it does touch the phone). Use when peek misses a target or glare makes it unreadable. Same return shape as peek."),
+	bboxTool("tap", "Tap once at the centre of bbox: buttons, links, list items.", (*Rig).tap),
+	bboxTool("double_tap", "Two quick taps (~150 ms apart) at the centre of bbox: zoom, word select.", (*Rig).doubleTap),
+	bboxTool("long_press", "Press and hold ~1.2 s at the centre of bbox: context menus, the Paste menu on a text field.", (*Rig).longPress),
+	{"swipe", "Slide the stylus from the centre of bbox in direction (the stylus's motion: swipe up scrolls the page down).",
+		object(swipeProperties, "bbox", "direction"), func(ctx context.Context, r *Rig, raw json.RawMessage) *mcp.CallToolResult {
+			a, err := parseArgs(raw, "bbox", "direction", "size", "speed")
+			if err != nil {
+				return errResult("swipe", err)
+			}
+			s, err := parseSwipe(a)
+			if err != nil {
+				return errResult("swipe", err)
+			}
+			return r.runGesture(ctx, "swipe", 0, func(r *Rig) (string, error) { return r.swipe(s) })
+		}},
+	bareTool("home_screen", "Go to the home screen (from the home screen it opens the app switcher).", (*Rig).homeScreen),
+	bareTool("go_back", "Go back one screen with the edge swipe; does nothing at an app's root.", (*Rig).goBack),
+	bareTool("force_quit", "Quit the app in the foreground (~8 s) and return to the home screen.", (*Rig).forceQuit),
+	bareTool("unlock_phone", "Wake the phone and enter the passcode (12-40 s). If it fails, nothing else can work: end the session STUCK.", (*Rig).unlockPhone),
+	{"send_to_clipboard", "Put text on the phone's clipboard; then long_press the field and tap Paste.",
+		object(schema{"text": clipboardTextSchema}, "text"), func(ctx context.Context, r *Rig, raw json.RawMessage) *mcp.CallToolResult {
+			a, err := parseArgs(raw, "text")
+			if err != nil {
+				return errResult("send_to_clipboard", err)
+			}
+			text, err := parseClipboardText(a["text"])
+			if err != nil {
+				return errResult("send_to_clipboard", err)
+			}
+			return r.runGesture(ctx, "send_to_clipboard", 0, func(r *Rig) (string, error) { return r.sendToClipboard(text) })
+		}},
+	{"sequence", "Run 2 to 5 steps under one lock; stops at the first failure, nothing is rolled back. Each step is {tool_name, arg}: a bbox for tap/double_tap/long_press, {bbox, direction, size?, speed?} for swipe, a string for send_to_clipboard.",
+		object(schema{"actions": schema{
+			"type": "array", "minItems": minSequenceSteps, "maxItems": maxSequenceSteps,
+			"items": object(schema{
+				"tool_name": schema{"type": "string", "enum": sequenceTools},
+				"arg":       schema{"description": "the step tool's argument: a bbox, a swipe object, or the clipboard text"},
+			}, "tool_name", "arg"),
+		}}, "actions"), func(ctx context.Context, r *Rig, raw json.RawMessage) *mcp.CallToolResult {
+			a, err := parseArgs(raw, "actions")
+			if err != nil {
+				return errResult("sequence", err)
+			}
+			steps, err := parseSequence(a)
+			if err != nil {
+				return errResult("sequence", err)
+			}
+			return r.runGesture(ctx, "sequence", sequenceTime(steps), func(r *Rig) (string, error) { return r.sequence(steps) })
+		}},
+}
+
+// newMCPServer builds the rig's MCP server: the twelve tools, listed in wire order, with the doctrine as instructions.
+func newMCPServer(r *Rig) *mcp.Server {
+	s := mcp.NewServer(&Identity, &mcp.ServerOptions{Instructions: doctrine, Capabilities: &mcp.ServerCapabilities{}})
+	for _, t := range tools {
+		t := t
+		s.AddTool(&mcp.Tool{Name: t.name, Description: t.description, InputSchema: t.input},
+			func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				return t.handle(ctx, r, req.Params.Arguments), nil
+			})
+	}
+	s.AddReceivingMiddleware(wireOrder)
+	return s
+}
+
+// wireOrder lists tools in the rig's wire order; the SDK would sort them by name.
+func wireOrder(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		res, err := next(ctx, method, req)
+		if lt, ok := res.(*mcp.ListToolsResult); ok && err == nil {
+			slices.SortStableFunc(lt.Tools, func(a, b *mcp.Tool) int {
+				return slices.Index(ToolNames, a.Name) - slices.Index(ToolNames, b.Name)
+			})
+		}
+		return res, err
+	}
+}
