@@ -31,6 +31,9 @@ var (
 	SettingDenyTools      = Setting{"deny-tools", "CLAWFARM_DENY_TOOLS", "tools the policy blocks, comma-separated"}
 	SettingResume         = Setting{"resume", "CLAWFARM_RESUME", "continue this attempt from its snapshot"}
 	SettingTerminationLog = Setting{"termination-log", "CLAWFARM_TERMINATION_LOG", "where the termination message is written"}
+	// SettingModelTimeout was added after v1's first draft (additive): the
+	// model idle timeout, configurable per provider.
+	SettingModelTimeout = Setting{"model-timeout-seconds", "CLAWFARM_MODEL_TIMEOUT_SECONDS", "model idle timeout in seconds: a reply that sends nothing for this long is retried (default 120)"}
 )
 
 // AllSettings lists every setting in contract order.
@@ -39,6 +42,7 @@ var AllSettings = []Setting{
 	SettingModelProvider, SettingModel, SettingModelBaseURL, SettingModelAPIKey,
 	SettingContextWindow, SettingMaxTurns, SettingSessionSeconds, SettingStateDir,
 	SettingSkillsDirs, SettingDenyTools, SettingResume, SettingTerminationLog,
+	SettingModelTimeout,
 }
 
 // Defaults of the contract.
@@ -47,6 +51,8 @@ const (
 	DefaultSessionSeconds = 3600
 	DefaultContextWindow  = 128000
 	DefaultTerminationLog = "/dev/termination-log"
+	// DefaultModelTimeoutSeconds is the model idle timeout (seeds 001/004: 120 s).
+	DefaultModelTimeoutSeconds = 120
 	// StateMountPath is where the operator mounts the rig's state volume in a loop pod.
 	StateMountPath = "/var/lib/clawfarm/state"
 	// SkillsMountRoot is where skill ConfigMaps are mounted, one folder each.
@@ -71,6 +77,8 @@ type Settings struct {
 	DenyTools      []string
 	Resume         bool
 	TerminationLog string
+	// ModelTimeoutSeconds is the model idle timeout; 0 means the default (120 s).
+	ModelTimeoutSeconds int
 }
 
 // Environ renders the settings as environment variables (name → value),
@@ -106,6 +114,7 @@ func (s Settings) Environ() []EnvVar {
 		add(SettingResume, "true")
 	}
 	add(SettingTerminationLog, s.TerminationLog)
+	add(SettingModelTimeout, itoa(s.ModelTimeoutSeconds))
 	return out
 }
 

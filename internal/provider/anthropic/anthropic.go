@@ -1,0 +1,491 @@
+// Package anthropic is the Anthropic Messages adapter, with streaming and
+// extended thinking.
+//
+// It speaks plain HTTP and server-sent events rather than the official SDK:
+// the wire format is small and stable, the engine owns retries, backoff and
+// the circuit breaker (the SDK retries on its own and would hide those
+// failures from the breaker), and the idle watchdog and Retry-After capture
+// come from the transport all adapters share.
+package anthropic
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/clawfarm/clawfarm/internal/provider"
+)
+
+// APIVersion is the anthropic-version header the adapter speaks.
+const APIVersion = "2023-06-01"
+
+// DefaultBaseURL is Anthropic's API.
+const DefaultBaseURL = "https://api.anthropic.com"
+
+// Config configures the adapter.
+type Config struct {
+	provider.Options
+	// ThinkingBudget turns extended thinking on with this many tokens; 0 leaves it off.
+	ThinkingBudget int
+}
+
+// Adapter is the Messages adapter.
+type Adapter struct {
+	cfg Config
+	tr  *provider.Transport
+	now func() time.Time
+}
+
+// New builds an adapter.
+func New(cfg Config) *Adapter {
+	cfg.Options = cfg.Options.WithDefaults()
+	if cfg.BaseURL == "" {
+		cfg.BaseURL = DefaultBaseURL
+	}
+	return &Adapter{cfg: cfg, tr: provider.NewTransport(cfg.Options), now: time.Now}
+}
+
+// Name is the preset name.
+func (a *Adapter) Name() string { return "anthropic" }
+
+// Model is the model name.
+func (a *Adapter) Model() string { return a.cfg.Model }
+
+func (a *Adapter) endpoint() string {
+	b := strings.TrimRight(a.cfg.BaseURL, "/")
+	if strings.HasSuffix(b, "/v1") {
+		return b + "/messages"
+	}
+	return b + "/v1/messages"
+}
+
+// Wire types of the Messages API.
+type (
+	block struct {
+		Type      string          `json:"type"`
+		Text      string          `json:"text,omitempty"`
+		Thinking  string          `json:"thinking,omitempty"`
+		Signature string          `json:"signature,omitempty"`
+		Data      string          `json:"data,omitempty"`
+		ID        string          `json:"id,omitempty"`
+		Name      string          `json:"name,omitempty"`
+		Input     json.RawMessage `json:"input,omitempty"`
+		ToolUseID string          `json:"tool_use_id,omitempty"`
+		Content   []block         `json:"content,omitempty"`
+		IsError   bool            `json:"is_error,omitempty"`
+		Source    *imageSource    `json:"source,omitempty"`
+		Cache     *cacheControl   `json:"cache_control,omitempty"`
+	}
+	imageSource struct {
+		Type      string `json:"type"`
+		MediaType string `json:"media_type"`
+		Data      string `json:"data"`
+	}
+	cacheControl struct {
+		Type string `json:"type"`
+	}
+	message struct {
+		Role    string  `json:"role"`
+		Content []block `json:"content"`
+	}
+	tool struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description,omitempty"`
+		InputSchema json.RawMessage `json:"input_schema"`
+	}
+	thinking struct {
+		Type         string `json:"type"`
+		BudgetTokens int    `json:"budget_tokens"`
+	}
+	request struct {
+		Model     string    `json:"model"`
+		MaxTokens int       `json:"max_tokens"`
+		System    []block   `json:"system,omitempty"`
+		Messages  []message `json:"messages"`
+		Tools     []tool    `json:"tools,omitempty"`
+		Stream    bool      `json:"stream,omitempty"`
+		Thinking  *thinking `json:"thinking,omitempty"`
+	}
+	usage struct {
+		InputTokens              int64 `json:"input_tokens"`
+		OutputTokens             int64 `json:"output_tokens"`
+		CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
+		CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
+	}
+	apiError struct {
+		Type    string `json:"type"`
+		Message string `json:"message"`
+	}
+	response struct {
+		Content    []block   `json:"content"`
+		StopReason string    `json:"stop_reason"`
+		Usage      usage     `json:"usage"`
+		Error      *apiError `json:"error"`
+	}
+)
+
+// Encode converts a request to the Messages wire format.
+func (a *Adapter) Encode(req *provider.Request) ([]byte, error) {
+	maxTokens := req.MaxTokens
+	if maxTokens <= 0 {
+		maxTokens = a.cfg.MaxTokens
+	}
+	r := request{Model: a.cfg.Model, MaxTokens: maxTokens, Messages: EncodeMessages(req.Messages), Stream: !a.cfg.NoStream}
+	if req.System != "" {
+		r.System = []block{{Type: "text", Text: req.System, Cache: &cacheControl{Type: "ephemeral"}}}
+	}
+	if a.cfg.ThinkingBudget > 0 {
+		r.Thinking = &thinking{Type: "enabled", BudgetTokens: a.cfg.ThinkingBudget}
+		if r.MaxTokens <= a.cfg.ThinkingBudget {
+			r.MaxTokens = a.cfg.ThinkingBudget + maxTokens
+		}
+	}
+	for _, t := range req.Tools {
+		schema := t.Schema
+		if len(schema) == 0 {
+			schema = json.RawMessage(`{"type":"object"}`)
+		}
+		r.Tools = append(r.Tools, tool{Name: t.Name, Description: t.Description, InputSchema: schema})
+	}
+	return json.Marshal(r)
+}
+
+// EncodeMessages converts the transcript. Tool results, the screen image
+// after them and any corrective text become one user message, tool results
+// first, as the Messages API requires.
+func EncodeMessages(msgs []provider.Message) []message {
+	var out []message
+	push := func(role string, bs ...block) {
+		if n := len(out); n > 0 && out[n-1].Role == role {
+			out[n-1].Content = append(out[n-1].Content, bs...)
+			return
+		}
+		out = append(out, message{Role: role, Content: bs})
+	}
+	for _, m := range msgs {
+		switch m.Role {
+		case provider.RoleAssistant:
+			var bs []block
+			if m.ReasoningSignature != "" {
+				bs = append(bs, block{Type: "thinking", Thinking: m.Reasoning, Signature: m.ReasoningSignature})
+			}
+			for _, d := range m.RedactedReasoning {
+				bs = append(bs, block{Type: "redacted_thinking", Data: d})
+			}
+			if m.Text != "" {
+				bs = append(bs, block{Type: "text", Text: m.Text})
+			}
+			for _, c := range m.ToolCalls {
+				in := json.RawMessage(c.Arguments)
+				if !json.Valid(in) || !bytes.HasPrefix(bytes.TrimSpace(in), []byte("{")) {
+					in = json.RawMessage(`{}`)
+				}
+				bs = append(bs, block{Type: "tool_use", ID: c.ID, Name: c.Name, Input: in})
+			}
+			if len(bs) == 0 {
+				bs = append(bs, block{Type: "text", Text: "(no reply)"})
+			}
+			push("assistant", bs...)
+		case provider.RoleTool:
+			text := m.Text
+			if text == "" {
+				text = "(empty)"
+			}
+			push("user", block{Type: "tool_result", ToolUseID: m.ToolCallID, IsError: m.IsError,
+				Content: []block{{Type: "text", Text: text}}})
+		case provider.RoleUser:
+			var bs []block
+			for _, im := range m.Images {
+				bs = append(bs, block{Type: "image", Source: &imageSource{Type: "base64", MediaType: im.MIMEType, Data: im.Base64()}})
+			}
+			if m.Text != "" || len(bs) == 0 {
+				t := m.Text
+				if t == "" {
+					t = "(empty)"
+				}
+				bs = append(bs, block{Type: "text", Text: t})
+			}
+			push("user", bs...)
+		}
+	}
+	return out
+}
+
+// Stream sends one request and returns the normalised reply.
+func (a *Adapter) Stream(ctx context.Context, req *provider.Request, sink provider.Sink) (*provider.Reply, error) {
+	if sink == nil {
+		sink = provider.NopSink{}
+	}
+	body, err := a.Encode(req)
+	if err != nil {
+		return nil, &provider.Error{Class: provider.ClassInvalidRequest, Message: err.Error(), Err: err}
+	}
+	ctx, x := provider.WithExchange(ctx)
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, a.endpoint(), bytes.NewReader(body))
+	if err != nil {
+		return nil, &provider.Error{Class: provider.ClassInvalidRequest, Message: err.Error(), Err: err}
+	}
+	hreq.Header.Set("content-type", "application/json")
+	hreq.Header.Set("anthropic-version", APIVersion)
+	hreq.Header.Set("x-api-key", a.cfg.APIKey)
+	if !a.cfg.NoStream {
+		hreq.Header.Set("accept", "text/event-stream")
+	}
+	resp, err := a.tr.Do(hreq)
+	if err != nil {
+		return nil, a.transportError(ctx, err, x)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		return nil, a.statusError(resp, x)
+	}
+	var reply *provider.Reply
+	if a.cfg.NoStream || !strings.HasPrefix(resp.Header.Get("content-type"), "text/event-stream") {
+		reply, err = decodeResponse(resp.Body, sink)
+	} else {
+		reply, err = decodeStream(resp.Body, sink)
+	}
+	if err != nil {
+		var pe *provider.Error
+		if errors.As(err, &pe) {
+			return nil, pe
+		}
+		return nil, a.transportError(ctx, err, x)
+	}
+	reply.RequestBytes = len(body)
+	return reply, nil
+}
+
+func (a *Adapter) transportError(ctx context.Context, err error, x *provider.Exchange) error {
+	if x.Idled() || errors.Is(err, provider.ErrIdleTimeout) {
+		return &provider.Error{Class: provider.ClassTimeout, Message: provider.ErrIdleTimeout.Error(), Err: provider.ErrIdleTimeout}
+	}
+	if ctx.Err() != nil {
+		return &provider.Error{Class: provider.ClassCanceled, Message: ctx.Err().Error(), Err: ctx.Err()}
+	}
+	return &provider.Error{Class: provider.ClassifyTransport(err), Message: err.Error(), Err: err}
+}
+
+func (a *Adapter) statusError(resp *http.Response, x *provider.Exchange) error {
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var r response
+	_ = json.Unmarshal(raw, &r)
+	pe := &provider.Error{Status: resp.StatusCode}
+	if r.Error != nil {
+		pe.Message = r.Error.Message
+		pe.Class = provider.Classify(resp.StatusCode, r.Error.Type, r.Error.Message)
+	} else {
+		pe.Message = strings.TrimSpace(string(raw))
+		pe.Class = provider.Classify(resp.StatusCode, "", pe.Message)
+	}
+	if len(pe.Message) > 500 {
+		pe.Message = pe.Message[:500]
+	}
+	x.RetryAfterFrom(&pe.RetryAfter, a.now())
+	pe.Err = fmt.Errorf("anthropic messages: HTTP %d", resp.StatusCode)
+	return pe
+}
+
+func decodeResponse(body io.Reader, sink provider.Sink) (*provider.Reply, error) {
+	var r response
+	if err := json.NewDecoder(body).Decode(&r); err != nil {
+		return nil, err
+	}
+	if r.Error != nil {
+		return nil, &provider.Error{Class: provider.Classify(0, r.Error.Type, r.Error.Message), Message: r.Error.Message}
+	}
+	var b replyBuilder
+	for _, c := range r.Content {
+		b.start(c)
+		switch c.Type {
+		case "text":
+			b.text(c.Text, sink)
+		case "thinking":
+			b.thinking(c.Thinking, sink)
+			b.msg.ReasoningSignature = c.Signature
+		case "tool_use":
+			b.cur.args.Write(c.Input)
+		}
+		b.stop()
+	}
+	b.usage = r.Usage
+	return b.reply(r.StopReason), nil
+}
+
+// streamEvent is one server-sent event's data.
+type streamEvent struct {
+	Type         string    `json:"type"`
+	Index        int       `json:"index"`
+	Message      *response `json:"message"`
+	ContentBlock *block    `json:"content_block"`
+	Delta        struct {
+		Type        string `json:"type"`
+		Text        string `json:"text"`
+		Thinking    string `json:"thinking"`
+		PartialJSON string `json:"partial_json"`
+		Signature   string `json:"signature"`
+		StopReason  string `json:"stop_reason"`
+	} `json:"delta"`
+	Usage *usage    `json:"usage"`
+	Error *apiError `json:"error"`
+}
+
+func decodeStream(body io.Reader, sink provider.Sink) (*provider.Reply, error) {
+	sc := bufio.NewScanner(body)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	var (
+		b          replyBuilder
+		stopReason string
+		stopped    bool
+	)
+	for sc.Scan() {
+		line := sc.Bytes()
+		if !bytes.HasPrefix(line, []byte("data:")) {
+			continue
+		}
+		data := bytes.TrimSpace(line[len("data:"):])
+		var ev streamEvent
+		if err := json.Unmarshal(data, &ev); err != nil {
+			return nil, fmt.Errorf("anthropic stream: bad event: %w", err)
+		}
+		switch ev.Type {
+		case "message_start":
+			if ev.Message != nil {
+				b.usage = ev.Message.Usage
+			}
+		case "content_block_start":
+			if ev.ContentBlock != nil {
+				b.start(*ev.ContentBlock)
+				if ev.ContentBlock.Type == "redacted_thinking" {
+					b.msg.RedactedReasoning = append(b.msg.RedactedReasoning, ev.ContentBlock.Data)
+				}
+			}
+		case "content_block_delta":
+			switch ev.Delta.Type {
+			case "text_delta":
+				b.text(ev.Delta.Text, sink)
+			case "thinking_delta":
+				b.thinking(ev.Delta.Thinking, sink)
+			case "signature_delta":
+				b.msg.ReasoningSignature += ev.Delta.Signature
+			case "input_json_delta":
+				if b.cur != nil {
+					b.cur.args.WriteString(ev.Delta.PartialJSON)
+				}
+			}
+		case "content_block_stop":
+			b.stop()
+		case "message_delta":
+			if ev.Delta.StopReason != "" {
+				stopReason = ev.Delta.StopReason
+			}
+			if ev.Usage != nil && ev.Usage.OutputTokens > 0 {
+				b.usage.OutputTokens = ev.Usage.OutputTokens
+			}
+		case "message_stop":
+			stopped = true
+		case "error":
+			if ev.Error != nil {
+				return nil, &provider.Error{Class: provider.Classify(0, ev.Error.Type, ev.Error.Message), Message: ev.Error.Message}
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if !stopped && stopReason == "" {
+		return nil, &provider.Error{Class: provider.ClassTimeout, Message: "anthropic stream ended before message_stop"}
+	}
+	b.stop()
+	return b.reply(stopReason), nil
+}
+
+// replyBuilder assembles content blocks into the normalised message.
+type replyBuilder struct {
+	msg   provider.Message
+	text_ strings.Builder
+	think strings.Builder
+	cur   *pendingCall
+	calls []provider.ToolCall
+	usage usage
+}
+
+type pendingCall struct {
+	id, name string
+	args     bytes.Buffer
+}
+
+func (b *replyBuilder) start(c block) {
+	b.stop()
+	if c.Type == "tool_use" {
+		b.cur = &pendingCall{id: c.ID, name: c.Name}
+	}
+}
+
+func (b *replyBuilder) stop() {
+	if b.cur == nil {
+		return
+	}
+	args := strings.TrimSpace(b.cur.args.String())
+	if args == "" {
+		args = "{}"
+	}
+	b.calls = append(b.calls, provider.ToolCall{ID: b.cur.id, Name: b.cur.name, Arguments: args})
+	b.cur = nil
+}
+
+func (b *replyBuilder) text(s string, sink provider.Sink) {
+	b.text_.WriteString(s)
+	sink.Text(s)
+}
+
+func (b *replyBuilder) thinking(s string, sink provider.Sink) {
+	b.think.WriteString(s)
+	sink.Thinking(s)
+}
+
+func (b *replyBuilder) reply(stop string) *provider.Reply {
+	text, tagged := provider.SplitThink(b.text_.String())
+	b.msg.Role = provider.RoleAssistant
+	b.msg.Text = text
+	b.msg.Reasoning = strings.TrimSpace(b.think.String() + tagged)
+	b.msg.ToolCalls = b.calls
+	return &provider.Reply{
+		Message:      b.msg,
+		FinishReason: finish(stop, len(b.calls) > 0),
+		Usage: provider.Usage{
+			PromptTokens:     b.usage.InputTokens + b.usage.CacheReadInputTokens + b.usage.CacheCreationInputTokens,
+			CompletionTokens: b.usage.OutputTokens,
+			CachedTokens:     b.usage.CacheReadInputTokens,
+		},
+	}
+}
+
+func finish(stop string, hasCalls bool) provider.FinishReason {
+	switch stop {
+	case "max_tokens", "model_context_window_exceeded":
+		return provider.FinishLength
+	case "refusal":
+		return provider.FinishContentFilter
+	case "tool_use":
+		return provider.FinishToolCalls
+	case "end_turn", "stop_sequence":
+		if hasCalls {
+			return provider.FinishToolCalls
+		}
+		return provider.FinishStop
+	}
+	if hasCalls {
+		return provider.FinishToolCalls
+	}
+	return provider.FinishOther
+}
+
+var _ provider.Provider = (*Adapter)(nil)

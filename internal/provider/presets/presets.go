@@ -1,0 +1,95 @@
+// Package presets names the model providers a run can choose and builds the
+// adapter for each: which wire format it speaks and where it lives.
+package presets
+
+import (
+	"fmt"
+	"net/url"
+	"sort"
+	"strings"
+
+	"github.com/clawfarm/clawfarm/internal/provider"
+	"github.com/clawfarm/clawfarm/internal/provider/anthropic"
+	"github.com/clawfarm/clawfarm/internal/provider/openai"
+)
+
+// Wire is the API a preset speaks.
+type Wire string
+
+// The wire formats.
+const (
+	ChatCompletions Wire = "chat-completions"
+	Messages        Wire = "messages"
+)
+
+// Preset is one named provider.
+type Preset struct {
+	Name    string
+	Wire    Wire
+	BaseURL string // empty: the run must give one
+	// NeedsKey is false for servers that usually run without a key (vLLM, Ollama).
+	NeedsKey bool
+	// MaxCompletionTokensField: see openai.Config.
+	MaxCompletionTokensField bool
+}
+
+// OpenAICompatible is the preset for any OpenAI-compatible base URL.
+const OpenAICompatible = "openai-compatible"
+
+var all = map[string]Preset{
+	"openai":         {Name: "openai", Wire: ChatCompletions, BaseURL: "https://api.openai.com/v1", NeedsKey: true, MaxCompletionTokensField: true},
+	"anthropic":      {Name: "anthropic", Wire: Messages, BaseURL: anthropic.DefaultBaseURL, NeedsKey: true},
+	"qwen":           {Name: "qwen", Wire: ChatCompletions, BaseURL: "https://dashscope-intl.aliyuncs.com/compatible-mode/v1", NeedsKey: true},
+	"moonshot":       {Name: "moonshot", Wire: ChatCompletions, BaseURL: "https://api.moonshot.ai/v1", NeedsKey: true},
+	"deepseek":       {Name: "deepseek", Wire: ChatCompletions, BaseURL: "https://api.deepseek.com/v1", NeedsKey: true},
+	"google":         {Name: "google", Wire: ChatCompletions, BaseURL: "https://generativelanguage.googleapis.com/v1beta/openai", NeedsKey: true},
+	OpenAICompatible: {Name: OpenAICompatible, Wire: ChatCompletions},
+}
+
+// Names lists the presets.
+func Names() []string {
+	var out []string
+	for n := range all {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Lookup finds a preset by name (any case).
+func Lookup(name string) (Preset, error) {
+	p, ok := all[strings.ToLower(strings.TrimSpace(name))]
+	if !ok {
+		return Preset{}, fmt.Errorf("unknown model provider %q: want one of %s", name, strings.Join(Names(), ", "))
+	}
+	return p, nil
+}
+
+// New builds the adapter for a preset. A base URL in o overrides the preset's.
+func New(name string, o provider.Options) (provider.Provider, error) {
+	p, err := Lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	if o.BaseURL == "" {
+		o.BaseURL = p.BaseURL
+	}
+	if o.BaseURL == "" {
+		return nil, fmt.Errorf("the %s provider needs a base URL (the server's /v1 URL, e.g. http://vllm:8000/v1)", p.Name)
+	}
+	if u, err := url.Parse(o.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("model base URL %q is not an http(s) URL", o.BaseURL)
+	}
+	if o.Model == "" {
+		return nil, fmt.Errorf("no model name given for the %s provider", p.Name)
+	}
+	if p.NeedsKey && o.APIKey == "" {
+		return nil, fmt.Errorf("the %s provider needs an API key and none was given", p.Name)
+	}
+	switch p.Wire {
+	case Messages:
+		return anthropic.New(anthropic.Config{Options: o}), nil
+	default:
+		return openai.New(openai.Config{Options: o, Name: p.Name, MaxCompletionTokensField: p.MaxCompletionTokensField}), nil
+	}
+}

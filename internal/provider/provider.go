@@ -1,0 +1,185 @@
+// Package provider is the one shape every model reply takes, and the adapter
+// interface that produces it. The engine speaks only these types; the
+// adapters in provider/openai and provider/anthropic translate them to and
+// from each vendor's wire format (seed 002, "LLM 适配器").
+package provider
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"time"
+)
+
+// Role is who wrote a message.
+type Role string
+
+// The roles of a transcript.
+const (
+	RoleUser      Role = "user"
+	RoleAssistant Role = "assistant"
+	RoleTool      Role = "tool"
+)
+
+// Message is one transcript entry in the normalised shape. Which fields are
+// used depends on the role: an assistant message has Text, Reasoning and
+// ToolCalls; a tool message answers one call (ToolCallID, ToolName, Text,
+// IsError); a user message has Text and, right after tool results, the
+// screen Images (Chat Completions refuses images inside tool messages).
+type Message struct {
+	Role       Role
+	Text       string
+	Reasoning  string
+	ToolCalls  []ToolCall
+	ToolCallID string
+	ToolName   string
+	IsError    bool
+	Images     []*Image
+
+	// ReasoningSignature and RedactedReasoning carry Anthropic's thinking
+	// blocks back verbatim: a thinking model continuing after tool use must
+	// be shown its own signed thinking.
+	ReasoningSignature string
+	RedactedReasoning  []string
+}
+
+// ToolCall is one call the model asked for. Arguments are the raw JSON text
+// as the model sent it: it may be invalid, and the engine judges that.
+type ToolCall struct {
+	ID        string
+	Name      string
+	Arguments string
+}
+
+// Image is an image attachment (a screen). The base64 form is computed once:
+// the same screen is sent with every request while it stays in the transcript.
+type Image struct {
+	MIMEType string
+	Data     []byte
+	b64      string
+}
+
+// NewImage wraps raw image bytes.
+func NewImage(mime string, data []byte) *Image { return &Image{MIMEType: mime, Data: data} }
+
+// Base64 is the image's standard base64 encoding, cached.
+func (im *Image) Base64() string {
+	if im.b64 == "" && len(im.Data) > 0 {
+		im.b64 = base64.StdEncoding.EncodeToString(im.Data)
+	}
+	return im.b64
+}
+
+// DataURL is the image as a data: URL.
+func (im *Image) DataURL() string { return "data:" + im.MIMEType + ";base64," + im.Base64() }
+
+// ToolSpec is a tool offered to the model: its name, description and JSON
+// schema for the arguments, passed through as they are.
+type ToolSpec struct {
+	Name        string
+	Description string
+	Schema      json.RawMessage
+}
+
+// Request is one model request.
+type Request struct {
+	System   string
+	Messages []Message
+	Tools    []ToolSpec
+	// MaxTokens bounds the reply; 0 means the adapter's default.
+	MaxTokens int
+}
+
+// FinishReason is why the model stopped, normalised across vendors.
+type FinishReason string
+
+// The finish reasons the engine acts on (seed 000: "保留并依据真实的 finish reason 行事").
+const (
+	FinishStop          FinishReason = "stop"
+	FinishToolCalls     FinishReason = "tool_calls"
+	FinishLength        FinishReason = "length"
+	FinishContentFilter FinishReason = "content_filter"
+	FinishOther         FinishReason = "other"
+)
+
+// Usage is the token usage of one reply.
+type Usage struct {
+	PromptTokens     int64
+	CompletionTokens int64
+	CachedTokens     int64
+}
+
+// Reply is a model reply in the one shape: an assistant message, the real
+// finish reason, and usage.
+type Reply struct {
+	Message      Message
+	FinishReason FinishReason
+	Usage        Usage
+	// RequestBytes is the size of the encoded request body, for accounting.
+	RequestBytes int
+}
+
+// Sink receives a reply's stream as it arrives. Thinking is the model's
+// reasoning (native thinking, reasoning_content, or <think> text moved aside).
+type Sink interface {
+	Text(delta string)
+	Thinking(delta string)
+}
+
+// Provider is the adapter interface: one request in, one normalised reply out.
+// An error is always a *Error so the engine can act on its class.
+type Provider interface {
+	Name() string
+	Model() string
+	Stream(ctx context.Context, req *Request, sink Sink) (*Reply, error)
+}
+
+// Options are the transport settings every adapter takes.
+type Options struct {
+	BaseURL string
+	APIKey  string
+	Model   string
+	// IdleTimeout aborts a reply when no stream data arrives for this long
+	// (seed 001/004: model idle timeout, default 120 s).
+	IdleTimeout time.Duration
+	// RequestTimeout bounds one whole request.
+	RequestTimeout time.Duration
+	// MaxTokens is the default reply bound.
+	MaxTokens int
+	// Stream selects SSE streaming (default) or a plain JSON reply.
+	NoStream bool
+}
+
+// Defaults for Options.
+const (
+	// DefaultIdleTimeout is the model idle window (seed 001/004: "预设上限为 120 秒").
+	DefaultIdleTimeout = 120 * time.Second
+	// DefaultRequestTimeout bounds a whole model request (ours: generous, the idle
+	// watchdog catches stalls long before it).
+	DefaultRequestTimeout = 10 * time.Minute
+	// DefaultMaxTokens bounds one reply (ours: a turn is a note and one action).
+	DefaultMaxTokens = 4096
+)
+
+// WithDefaults fills the zero fields of o.
+func (o Options) WithDefaults() Options {
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = DefaultIdleTimeout
+	}
+	if o.RequestTimeout <= 0 {
+		o.RequestTimeout = DefaultRequestTimeout
+	}
+	if o.MaxTokens <= 0 {
+		o.MaxTokens = DefaultMaxTokens
+	}
+	return o
+}
+
+// NopSink discards the stream.
+type NopSink struct{}
+
+// Text discards a text delta.
+func (NopSink) Text(string) {}
+
+// Thinking discards a thinking delta.
+func (NopSink) Thinking(string) {}

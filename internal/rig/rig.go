@@ -1,0 +1,297 @@
+// Package rig is the client of a phone rig: an MCP server over streamable
+// HTTP (RIG-CONTRACT.md). It offers the rig's tools to the engine as they
+// are, maps their results (text and JPEG screens) to the transcript's shape,
+// retries a busy rig briefly, and reconnects a dropped connection with
+// backoff until the rig is declared gone.
+package rig
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/clawfarm/clawfarm/internal/provider"
+)
+
+// ErrUnavailable means the rig stayed unreachable for the whole reconnect
+// window: the session ends STUCK with exit reason rig_unavailable.
+var ErrUnavailable = errors.New("rig unavailable")
+
+// Defaults of the client. They are ours: the seeds say only that a busy rig
+// answers "busy, retry" (RIG-CONTRACT.md) and that a session survives a
+// flaky rig.
+const (
+	// DefaultBusyRetries is how often a "busy" answer is retried.
+	DefaultBusyRetries = 5
+	// DefaultBusyDelay is the pause between busy retries.
+	DefaultBusyDelay = 500 * time.Millisecond
+	// DefaultReconnectWindow is how long a dropped rig may stay gone.
+	DefaultReconnectWindow = 60 * time.Second
+	// DefaultReconnectBackoff is the first pause between reconnects; it doubles up to 8×.
+	DefaultReconnectBackoff = time.Second
+	// DefaultCallTimeout bounds one tool call (unlock_phone takes up to 40 s).
+	DefaultCallTimeout = 90 * time.Second
+)
+
+// Config configures the client.
+type Config struct {
+	Endpoint         string
+	HTTPClient       *http.Client
+	BusyRetries      int
+	BusyDelay        time.Duration
+	ReconnectWindow  time.Duration
+	ReconnectBackoff time.Duration
+	CallTimeout      time.Duration
+	// Sleep waits; tests make it instant. Nil: a real, cancellable sleep.
+	Sleep func(context.Context, time.Duration) error
+	// Now tells the time; nil: time.Now.
+	Now func() time.Time
+}
+
+func (c Config) withDefaults() Config {
+	if c.BusyRetries == 0 {
+		c.BusyRetries = DefaultBusyRetries
+	}
+	if c.BusyDelay == 0 {
+		c.BusyDelay = DefaultBusyDelay
+	}
+	if c.ReconnectWindow == 0 {
+		c.ReconnectWindow = DefaultReconnectWindow
+	}
+	if c.ReconnectBackoff == 0 {
+		c.ReconnectBackoff = DefaultReconnectBackoff
+	}
+	if c.CallTimeout == 0 {
+		c.CallTimeout = DefaultCallTimeout
+	}
+	if c.Sleep == nil {
+		c.Sleep = sleep
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Result is what a rig tool returned, in the transcript's terms.
+type Result struct {
+	Text    string
+	Images  []*provider.Image
+	IsError bool
+}
+
+// Client is a connection to one rig.
+type Client struct {
+	cfg          Config
+	mcp          *mcp.Client
+	mu           sync.Mutex
+	session      *mcp.ClientSession
+	tools        []provider.ToolSpec
+	readOnly     map[string]bool
+	instructions string
+}
+
+// Dial connects to the rig and lists its tools, retrying for the reconnect window.
+func Dial(ctx context.Context, cfg Config) (*Client, error) {
+	c := &Client{cfg: cfg.withDefaults(), readOnly: map[string]bool{}}
+	c.mcp = mcp.NewClient(&mcp.Implementation{Name: "clawfarm-loop", Version: "v1"}, nil)
+	if _, err := c.ensure(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Tools are the rig's tools, with their schemas as tools/list gave them.
+func (c *Client) Tools() []provider.ToolSpec {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.tools
+}
+
+// Instructions is the rig's doctrine text (the MCP server's instructions).
+func (c *Client) Instructions() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.instructions
+}
+
+// Close ends the session.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	s := c.session
+	c.session = nil
+	c.mu.Unlock()
+	if s != nil {
+		return s.Close()
+	}
+	return nil
+}
+
+// ensure returns a live session, connecting with backoff when there is none.
+func (c *Client) ensure(ctx context.Context) (*mcp.ClientSession, error) {
+	c.mu.Lock()
+	s := c.session
+	c.mu.Unlock()
+	if s != nil {
+		return s, nil
+	}
+	deadline := c.cfg.Now().Add(c.cfg.ReconnectWindow)
+	wait := c.cfg.ReconnectBackoff
+	var last error
+	for {
+		s, err := c.connect(ctx)
+		if err == nil {
+			return s, nil
+		}
+		last = err
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if !c.cfg.Now().Add(wait).Before(deadline) {
+			return nil, fmt.Errorf("%w: %s unreachable for %s: %v", ErrUnavailable, c.cfg.Endpoint, c.cfg.ReconnectWindow, last)
+		}
+		if err := c.cfg.Sleep(ctx, wait); err != nil {
+			return nil, err
+		}
+		if wait < 8*c.cfg.ReconnectBackoff {
+			wait *= 2
+		}
+	}
+}
+
+func (c *Client) connect(ctx context.Context) (*mcp.ClientSession, error) {
+	cctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
+	defer cancel()
+	tr := &mcp.StreamableClientTransport{Endpoint: c.cfg.Endpoint, HTTPClient: c.cfg.HTTPClient, MaxRetries: -1, DisableStandaloneSSE: true}
+	s, err := c.mcp.Connect(cctx, tr, nil)
+	if err != nil {
+		return nil, fmt.Errorf("connect to rig %s: %w", c.cfg.Endpoint, err)
+	}
+	var specs []provider.ToolSpec
+	ro := map[string]bool{"peek": true}
+	for t, err := range s.Tools(cctx, nil) {
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("list the rig's tools: %w", err)
+		}
+		schema, err := json.Marshal(t.InputSchema)
+		if err != nil || string(schema) == "null" {
+			schema = json.RawMessage(`{"type":"object"}`)
+		}
+		specs = append(specs, provider.ToolSpec{Name: t.Name, Description: t.Description, Schema: schema})
+		if t.Annotations != nil && t.Annotations.ReadOnlyHint {
+			ro[t.Name] = true
+		}
+	}
+	c.mu.Lock()
+	c.session, c.tools, c.readOnly = s, specs, ro
+	if ir := s.InitializeResult(); ir != nil {
+		c.instructions = ir.Instructions
+	}
+	c.mu.Unlock()
+	return s, nil
+}
+
+func (c *Client) drop(s *mcp.ClientSession) {
+	c.mu.Lock()
+	if c.session == s {
+		c.session = nil
+	}
+	c.mu.Unlock()
+	s.Close()
+}
+
+// Call runs one rig tool. Tool failures come back as an error Result for the
+// model to read; the returned error is only ErrUnavailable or the context's.
+func (c *Client) Call(ctx context.Context, name string, args json.RawMessage) (Result, error) {
+	for busy := 0; ; busy++ {
+		s, err := c.ensure(ctx)
+		if err != nil {
+			return Result{}, err
+		}
+		cctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
+		res, err := s.CallTool(cctx, &mcp.CallToolParams{Name: name, Arguments: args})
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return Result{}, ctx.Err()
+			}
+			var werr *jsonrpc.Error
+			if errors.As(err, &werr) {
+				if isBusy(werr.Message) && busy < c.cfg.BusyRetries {
+					if err := c.cfg.Sleep(ctx, c.cfg.BusyDelay); err != nil {
+						return Result{}, err
+					}
+					continue
+				}
+				return Result{IsError: true, Text: fmt.Sprintf("rig error from %s: %s", name, werr.Message)}, nil
+			}
+			// The connection broke: reconnect, then re-run only a tool that changes nothing.
+			c.drop(s)
+			if _, err := c.ensure(ctx); err != nil {
+				return Result{}, err
+			}
+			c.mu.Lock()
+			ro := c.readOnly[name]
+			c.mu.Unlock()
+			if ro && busy < c.cfg.BusyRetries {
+				continue
+			}
+			return Result{IsError: true, Text: fmt.Sprintf("the connection to the rig dropped during %s and came back; "+
+				"the action may or may not have happened: look at the screen before you act again", name)}, nil
+		}
+		r := convert(res)
+		if r.IsError && isBusy(r.Text) && busy < c.cfg.BusyRetries {
+			if err := c.cfg.Sleep(ctx, c.cfg.BusyDelay); err != nil {
+				return Result{}, err
+			}
+			continue
+		}
+		return r, nil
+	}
+}
+
+func isBusy(msg string) bool { return strings.Contains(strings.ToLower(msg), "busy") }
+
+func convert(res *mcp.CallToolResult) Result {
+	r := Result{IsError: res.IsError}
+	var texts []string
+	for _, c := range res.Content {
+		switch v := c.(type) {
+		case *mcp.TextContent:
+			texts = append(texts, v.Text)
+		case *mcp.ImageContent:
+			mime := v.MIMEType
+			if mime == "" {
+				mime = "image/jpeg"
+			}
+			r.Images = append(r.Images, provider.NewImage(mime, v.Data))
+		}
+	}
+	if len(texts) == 0 && res.StructuredContent != nil {
+		if b, err := json.Marshal(res.StructuredContent); err == nil {
+			texts = append(texts, string(b))
+		}
+	}
+	r.Text = strings.Join(texts, "\n")
+	return r
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
