@@ -31,8 +31,8 @@ func simpleReq() *provider.Request {
 func TestStreamNormalisesReply(t *testing.T) {
 	for _, noIndex := range []bool{false, true} {
 		srv := pt.OpenAI(pt.Steps(pt.Step{
-			Text:  "<think>the cart is open</think>Tapping checkout",
-			Calls: []pt.Call{{ID: "a", Name: "note", Args: `{"summary":"checkout"}`, NoIndex: noIndex}, {ID: "b", Name: "tap", Args: `{"bbox":[0.1,0.2,0.3,0.4]}`, NoIndex: noIndex}},
+			Text:         "<think>the cart is open</think>Tapping checkout",
+			Calls:        []pt.Call{{ID: "a", Name: "note", Args: `{"summary":"checkout"}`, NoIndex: noIndex}, {ID: "b", Name: "tap", Args: `{"bbox":[0.1,0.2,0.3,0.4]}`, NoIndex: noIndex}},
 			PromptTokens: 100, CompletionTokens: 20, CachedTokens: 64,
 		}))
 		var r rec
