@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http/httptest"
 	"strings"
@@ -26,8 +27,12 @@ type driver struct {
 	stream bool
 	tools  []openai.Tool
 
-	rejected int // turns refused for their shape or their arguments
+	rejected int     // turns refused for their shape, their tool or their arguments
+	failures []error // provider errors that were retried
 }
+
+// maxAttempts is how often the driver asks again after a provider error.
+const maxAttempts = 3
 
 // engineTools are answered by the driver, as the engine answers them.
 var engineTools = map[string]bool{"note": true, "update_progress": true, "append_log": true, "save_memory": true,
@@ -96,6 +101,13 @@ func (d *driver) play(trigger string) ending {
 			}
 			continue
 		}
+		if name := unknownTool(reply.ToolCalls, d.tools); name != "" {
+			d.rejected++
+			for _, c := range reply.ToolCalls {
+				msgs = append(msgs, toolResult(c.ID, "rejected: there is no tool "+name))
+			}
+			continue
+		}
 		var images []openai.ChatMessagePart
 		for _, c := range reply.ToolCalls {
 			var args map[string]any
@@ -129,6 +141,20 @@ func (d *driver) play(trigger string) ending {
 
 func toolResult(id, text string) openai.ChatCompletionMessage {
 	return openai.ChatCompletionMessage{Role: openai.ChatMessageRoleTool, ToolCallID: id, Content: text}
+}
+
+// unknownTool names a called tool that was not offered.
+func unknownTool(calls []openai.ToolCall, offered []openai.Tool) string {
+	for _, c := range calls {
+		known := false
+		for _, t := range offered {
+			known = known || t.Function.Name == c.Function.Name
+		}
+		if !known {
+			return c.Function.Name
+		}
+	}
+	return ""
 }
 
 // shapeProblem checks the [note, one-other] turn shape.
@@ -169,42 +195,56 @@ func (d *driver) callRig(name string, args map[string]any) (string, bool) {
 	return strings.Join(texts, "\n"), image
 }
 
-// complete asks modelsim for the next turn, streaming or not.
+// complete asks modelsim for the next turn, streaming or not, asking again after a provider error.
 func (d *driver) complete(msgs []openai.ChatCompletionMessage) openai.ChatCompletionMessage {
 	d.t.Helper()
+	for range maxAttempts {
+		msg, err := d.completeOnce(msgs)
+		if err == nil {
+			return msg
+		}
+		d.failures = append(d.failures, err)
+	}
+	d.t.Fatalf("chat completion failed %d times: %v", maxAttempts, d.failures)
+	return openai.ChatCompletionMessage{}
+}
+
+func (d *driver) completeOnce(msgs []openai.ChatCompletionMessage) (openai.ChatCompletionMessage, error) {
 	req := openai.ChatCompletionRequest{Model: d.model, Messages: msgs, Tools: d.tools}
 	ctx := context.Background()
 	if !d.stream {
 		resp, err := d.llm.CreateChatCompletion(ctx, req)
 		if err != nil {
-			d.t.Fatalf("chat completion: %v", err)
+			return openai.ChatCompletionMessage{}, err
 		}
-		return resp.Choices[0].Message
+		return resp.Choices[0].Message, nil
 	}
 	req.Stream = true
 	req.StreamOptions = &openai.StreamOptions{IncludeUsage: true}
 	s, err := d.llm.CreateChatCompletionStream(ctx, req)
 	if err != nil {
-		d.t.Fatalf("chat completion stream: %v", err)
+		return openai.ChatCompletionMessage{}, err
 	}
 	defer s.Close()
-	msg, _, _ := accumulate(d.t, s)
-	return msg
+	msg, _, _, err := accumulate(s)
+	return msg, err
 }
 
 // accumulate reads a stream into one message, its finish reason and its usage.
-func accumulate(t *testing.T, s *openai.ChatCompletionStream) (openai.ChatCompletionMessage, openai.FinishReason, *openai.Usage) {
-	t.Helper()
+func accumulate(s *openai.ChatCompletionStream) (openai.ChatCompletionMessage, openai.FinishReason, *openai.Usage, error) {
 	msg := openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant}
 	var finish openai.FinishReason
 	var u *openai.Usage
 	for {
 		chunk, err := s.Recv()
 		if errors.Is(err, io.EOF) {
-			return msg, finish, u
+			if finish == "" {
+				return msg, finish, u, errors.New("stream ended without a finish reason")
+			}
+			return msg, finish, u, nil
 		}
 		if err != nil {
-			t.Fatalf("stream: %v", err)
+			return msg, finish, u, err
 		}
 		if chunk.Usage != nil {
 			u = chunk.Usage
@@ -216,7 +256,7 @@ func accumulate(t *testing.T, s *openai.ChatCompletionStream) (openai.ChatComple
 			}
 			for _, tc := range c.Delta.ToolCalls {
 				if tc.Index == nil {
-					t.Fatalf("tool call delta without index: %+v", tc)
+					return msg, finish, u, fmt.Errorf("tool call delta without index: %+v", tc)
 				}
 				for len(msg.ToolCalls) <= *tc.Index {
 					msg.ToolCalls = append(msg.ToolCalls, openai.ToolCall{Type: openai.ToolTypeFunction})
