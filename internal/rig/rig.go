@@ -224,8 +224,10 @@ func (c *Client) Call(ctx context.Context, name string, args json.RawMessage) (R
 			if ctx.Err() != nil {
 				return Result{}, ctx.Err()
 			}
+			// A JSON-RPC error from the rig is an answer; the SDK marks a
+			// failed exchange (dropped connection, HTTP error) as "rejected by transport".
 			var werr *jsonrpc.Error
-			if errors.As(err, &werr) {
+			if errors.As(err, &werr) && werr.Code != codeRejected {
 				if isBusy(werr.Message) && busy < c.cfg.BusyRetries {
 					if err := c.cfg.Sleep(ctx, c.cfg.BusyDelay); err != nil {
 						return Result{}, err
@@ -258,6 +260,9 @@ func (c *Client) Call(ctx context.Context, name string, args json.RawMessage) (R
 		return r, nil
 	}
 }
+
+// codeRejected is the MCP SDK's "rejected by transport" code (jsonrpc2.ErrRejected).
+const codeRejected = -32005
 
 func isBusy(msg string) bool { return strings.Contains(strings.ToLower(msg), "busy") }
 

@@ -1,0 +1,103 @@
+// Command loop is the agent engine of one attempt of one AgentRun: it reads
+// its settings (docs/loop-contract.md), connects to the rig and the model,
+// runs the session, writes the termination message and exits with the
+// sentinel's code. It only wires; the engine lives in internal/engine.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/clawfarm/clawfarm/internal/contract"
+	"github.com/clawfarm/clawfarm/internal/engine"
+	"github.com/clawfarm/clawfarm/internal/engine/events"
+	"github.com/clawfarm/clawfarm/internal/engine/hooks"
+	"github.com/clawfarm/clawfarm/internal/engine/redact"
+	"github.com/clawfarm/clawfarm/internal/progress"
+	"github.com/clawfarm/clawfarm/internal/provider"
+	"github.com/clawfarm/clawfarm/internal/provider/presets"
+	"github.com/clawfarm/clawfarm/internal/rig"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	code := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run is main without the process: settings in, exit code out.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	cfg, err := parseConfig(args, getenv, stderr)
+	if errors.Is(err, errHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "loop: bad configuration: %v\n", err)
+		return contract.ExitInvalidConfig
+	}
+	red := redact.New(cfg.APIKey)
+	logf := func(format string, a ...any) {
+		fmt.Fprintln(stderr, red.String("loop: "+fmt.Sprintf(format, a...)))
+	}
+
+	model, err := presets.New(cfg.ModelProvider, provider.Options{
+		BaseURL: cfg.ModelBaseURL, APIKey: cfg.APIKey, Model: cfg.Model,
+		IdleTimeout: time.Duration(cfg.ModelTimeoutSeconds) * time.Second,
+	})
+	if err != nil {
+		logf("bad configuration: %v", err)
+		return contract.ExitInvalidConfig
+	}
+	if cfg.Resume {
+		logf("resume requested: this engine keeps no snapshots yet, so the attempt starts fresh")
+	}
+
+	var sink engine.ProgressSink
+	var patcher *progress.Patcher
+	if cfg.Run != "" {
+		if patcher, err = progress.NewInCluster(cfg.Run, logf); err != nil {
+			logf("progress will not be patched: %v", err)
+		} else {
+			sink = patcher
+		}
+	}
+
+	em := events.NewEmitter(stdout, red, nil)
+	budget := time.Duration(cfg.SessionSeconds) * time.Second
+	var msg contract.TerminationMessage
+	rc, err := rig.Dial(ctx, rig.Config{Endpoint: cfg.RigEndpoint})
+	if err != nil {
+		reason, text := contract.ReasonRigUnavailable, "stopped before the first turn: "+err.Error()
+		if ctx.Err() != nil {
+			reason, text = contract.ReasonUserCancel, "stopped before the first turn: the attempt was cancelled"
+		}
+		msg = contract.TerminationMessage{Sentinel: contract.Stuck, Retryable: true, ExitReason: reason, Recap: red.String(text)}
+		em.Emit(events.Done(msg))
+	} else {
+		defer rc.Close()
+		s := engine.New(engine.Config{
+			Run: cfg.Run, Attempt: cfg.Attempt, Trigger: cfg.Trigger,
+			MaxTurns: cfg.MaxTurns, SessionBudget: budget, ContextWindow: cfg.ContextWindow,
+			Provider: model, Rig: rc, Events: em, Progress: sink, Redactor: red,
+			Hooks: hooks.Chain{hooks.NewDenyTools(cfg.DenyTools)},
+			Logf:  logf,
+		})
+		msg = s.Run(ctx)
+	}
+	if patcher != nil {
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		patcher.Close(cctx)
+		cancel()
+	}
+	if err := contract.WriteTerminationMessage(cfg.TerminationLog, msg); err != nil {
+		logf("%v", err)
+	}
+	return msg.ExitCode()
+}

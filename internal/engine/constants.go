@@ -1,0 +1,34 @@
+package engine
+
+import (
+	"time"
+
+	"github.com/clawfarm/clawfarm/internal/contract"
+)
+
+// The loop's numbers. Each lives here once; the policies' own numbers live
+// in their packages (breaker.Threshold/Cooldown, tokens.PreflightShare,
+// compaction.MaxOverflowCompactions, backoff.Base/Cap).
+const (
+	// MaxMalformedTurns in a row end the session STUCK (DESIGN.md, on seed 000's turn-shape rule).
+	MaxMalformedTurns = 5
+	// DefaultMaxTurns is the turn limit (DESIGN.md: maxTurns default 300; seed 002's 25 is for chat agents).
+	DefaultMaxTurns = contract.DefaultMaxTurns
+	// DefaultSessionBudget is the session time budget (loop-contract.md: 3600 s).
+	DefaultSessionBudget = contract.DefaultSessionSeconds * time.Second
+	// NoteMaxWords bounds a note's summary (seed 000: "一行、≤20 词").
+	NoteMaxWords = 20
+	// DefaultFollowUpMinutes is the automatic follow-up after a WAIT (seed 000: "一个通用的 15 分钟 后续").
+	DefaultFollowUpMinutes = 15
+	// ProgressInterval is the least time between two status patches (DESIGN.md / loop-contract.md: 2 s).
+	ProgressInterval = 2 * time.Second
+	// SafePointGrace bounds how long a rig action in flight may finish after a
+	// cancel, so SIGTERM stops at a safe point (ours; within Kubernetes' 30 s grace).
+	SafePointGrace = 25 * time.Second
+)
+
+// Engine-side tool names (RIG-CONTRACT.md).
+const (
+	ToolNote       = "note"
+	ToolEndSession = "end_session"
+)

@@ -1,0 +1,183 @@
+// Package engine is the loop inside a loop pod (seed 000): the model picks
+// tools, the engine validates and runs them, feeds the results back and asks
+// again, until the session closes itself with a sentinel or a limit ends it.
+//
+// loop.go tells the story in one function; each step is a method beside it
+// and each rule is a named policy in its own package: turnshape (the
+// [note, one-other] rule), repair (one result per call), validate (JSON
+// schema), breaker and backoff (provider failures), tokens (preflight),
+// compaction (overflow), hooks (interception and the deny-list), events (the
+// JSON-lines stream), redact (no secret ever leaves).
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/clawfarm/clawfarm/internal/contract"
+	"github.com/clawfarm/clawfarm/internal/engine/backoff"
+	"github.com/clawfarm/clawfarm/internal/engine/breaker"
+	"github.com/clawfarm/clawfarm/internal/engine/compaction"
+	"github.com/clawfarm/clawfarm/internal/engine/events"
+	"github.com/clawfarm/clawfarm/internal/engine/hooks"
+	"github.com/clawfarm/clawfarm/internal/engine/redact"
+	"github.com/clawfarm/clawfarm/internal/engine/tokens"
+	"github.com/clawfarm/clawfarm/internal/engine/validate"
+	"github.com/clawfarm/clawfarm/internal/provider"
+	"github.com/clawfarm/clawfarm/internal/rig"
+)
+
+// Rig is what the loop needs of the rig client.
+type Rig interface {
+	Tools() []provider.ToolSpec
+	Instructions() string
+	Call(ctx context.Context, name string, args json.RawMessage) (rig.Result, error)
+}
+
+// ProgressSink receives progress after every turn; it decides how often to
+// publish it (the cluster patcher: at most every ProgressInterval).
+type ProgressSink interface {
+	Report(p contract.Progress)
+}
+
+// Pinned renders messages pinned to the tail of every request and never
+// stored in the transcript (part 2: the plan and the scratchpad).
+type Pinned interface {
+	Tail(s *State) []provider.Message
+}
+
+// RoundObserver is told after every turn's tool round (part 2: snapshots,
+// the stuck guard, the step watchdog).
+type RoundObserver interface {
+	AfterRound(ctx context.Context, s *State, transcript []provider.Message)
+}
+
+// Clock tells the time and waits; tests pass a fake one.
+type Clock interface {
+	Now() time.Time
+	Sleep(ctx context.Context, d time.Duration) error
+}
+
+// Config is everything a session needs.
+type Config struct {
+	Run     string // namespace/name, for events only
+	Attempt int
+	Trigger string
+
+	MaxTurns      int           // default DefaultMaxTurns
+	SessionBudget time.Duration // default DefaultSessionBudget
+	ContextWindow int           // input budget in tokens; 0: no preflight limit
+
+	Provider provider.Provider
+	Rig      Rig
+
+	Events   *events.Emitter // nil: no events
+	Progress ProgressSink    // nil: none
+	Redactor *redact.Redactor
+
+	// The policies. Nil fields get part 1's defaults.
+	Hooks     hooks.Hooks
+	Compactor compaction.Compactor
+	Estimator tokens.Estimator
+	Tools     *Registry // engine-side tools; default note and end_session
+	Pinned    Pinned
+	Observers []RoundObserver
+	Backoff   backoff.Policy
+	Breaker   *breaker.Breaker
+	Clock     Clock
+
+	// ExtraSystem is appended to the system prompt (part 2: the skills index).
+	ExtraSystem string
+	// Logf writes an operator log line (stderr); nil: none. Lines are redacted.
+	Logf func(format string, args ...any)
+}
+
+// Ending is how and why a session ends.
+type Ending struct {
+	Sentinel  contract.Sentinel
+	Reason    contract.ExitReason
+	Retryable bool
+	Recap     string
+}
+
+func stuck(reason contract.ExitReason, recap string) *Ending {
+	return &Ending{Sentinel: contract.Stuck, Reason: reason, Retryable: true, Recap: recap}
+}
+
+// Session is one attempt's loop.
+type Session struct {
+	cfg        Config
+	state      State
+	transcript []provider.Message
+	system     string
+	tools      []provider.ToolSpec
+	rigTools   map[string]bool
+	validator  *validate.Validator
+	deadline   time.Time
+
+	malformed    int  // malformed turns in a row
+	emptyStreak  bool // every turn of the streak had no tool calls
+	lastChance   bool
+	overflows    int
+	requestBytes []int // per turn, for the benchmark
+}
+
+// New prepares a session.
+func New(cfg Config) *Session {
+	if cfg.MaxTurns <= 0 {
+		cfg.MaxTurns = DefaultMaxTurns
+	}
+	if cfg.SessionBudget <= 0 {
+		cfg.SessionBudget = DefaultSessionBudget
+	}
+	if cfg.Hooks == nil {
+		cfg.Hooks = hooks.Chain{}
+	}
+	if cfg.Compactor == nil {
+		cfg.Compactor = compaction.None{}
+	}
+	if cfg.Estimator == nil {
+		cfg.Estimator = tokens.Fixed{}
+	}
+	if cfg.Tools == nil {
+		cfg.Tools = NewRegistry()
+	}
+	if cfg.Breaker == nil {
+		cfg.Breaker = &breaker.Breaker{}
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = RealClock{}
+	}
+	if cfg.Logf == nil {
+		cfg.Logf = func(string, ...any) {}
+	}
+	return &Session{cfg: cfg, validator: validate.New(), rigTools: map[string]bool{}}
+}
+
+// Transcript is the session's transcript (for tests and the agent_end hook).
+func (s *Session) Transcript() []provider.Message { return s.transcript }
+
+// RequestBytes is the encoded request size of every turn, as the adapter reported it.
+func (s *Session) RequestBytes() []int { return s.requestBytes }
+
+// RealClock is the wall clock.
+type RealClock struct{}
+
+// Now is time.Now.
+func (RealClock) Now() time.Time { return time.Now() }
+
+// Sleep waits for d or until ctx ends.
+func (RealClock) Sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

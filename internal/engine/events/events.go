@@ -1,0 +1,163 @@
+// Package events is the loop's live event stream: one JSON object per line
+// on stdout, so `kubectl logs` is the stream. Events travel on three streams
+// as in seeds 001/004 — lifecycle (session start, error, compaction, done),
+// assistant (text deltas, thinking) and tool (tool start, tool result) — and
+// every constructor for them is here. Every line passes the redactor.
+package events
+
+import (
+	"encoding/json"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/clawfarm/clawfarm/internal/contract"
+	"github.com/clawfarm/clawfarm/internal/engine/redact"
+)
+
+// Streams.
+const (
+	StreamLifecycle = "lifecycle"
+	StreamAssistant = "assistant"
+	StreamTool      = "tool"
+)
+
+// Types.
+const (
+	TypeSessionStart = "session_start"
+	TypeTextDelta    = "text_delta"
+	TypeThinking     = "thinking"
+	TypeToolStart    = "tool_start"
+	TypeToolResult   = "tool_result"
+	TypeError        = "error"
+	TypeCompaction   = "compaction"
+	TypeDone         = "done"
+)
+
+// MaxResultText bounds the tool result text carried by an event.
+const MaxResultText = 2000
+
+// Event is one line of the stream. Fields are left out when empty.
+type Event struct {
+	TS     string `json:"ts"`
+	Stream string `json:"stream"`
+	Type   string `json:"type"`
+	Turn   int    `json:"turn,omitempty"`
+
+	// session_start
+	Run      string   `json:"run,omitempty"`
+	Attempt  int      `json:"attempt,omitempty"`
+	Provider string   `json:"provider,omitempty"`
+	Model    string   `json:"model,omitempty"`
+	Tools    []string `json:"tools,omitempty"`
+
+	// text_delta, thinking, error, compaction
+	Text string `json:"text,omitempty"`
+
+	// tool_start, tool_result
+	Tool    string          `json:"tool,omitempty"`
+	CallID  string          `json:"callId,omitempty"`
+	Args    json.RawMessage `json:"args,omitempty"`
+	IsError bool            `json:"isError,omitempty"`
+	Images  int             `json:"images,omitempty"`
+	Blocked bool            `json:"blocked,omitempty"`
+
+	// error
+	Class     string `json:"class,omitempty"`
+	RetryInMs int64  `json:"retryInMs,omitempty"`
+
+	// done
+	Sentinel   contract.Sentinel   `json:"sentinel,omitempty"`
+	ExitReason contract.ExitReason `json:"exitReason,omitempty"`
+	Retryable  *bool               `json:"retryable,omitempty"`
+	Turns      int                 `json:"turns,omitempty"`
+	Usage      *contract.Usage     `json:"usage,omitempty"`
+	Recap      string              `json:"recap,omitempty"`
+}
+
+// Emitter writes events as JSON lines. It is safe for concurrent use.
+type Emitter struct {
+	mu     sync.Mutex
+	w      io.Writer
+	redact *redact.Redactor
+	now    func() time.Time
+	buf    []byte
+}
+
+// NewEmitter writes to w (nil: nowhere), redacting with r.
+func NewEmitter(w io.Writer, r *redact.Redactor, now func() time.Time) *Emitter {
+	if w == nil {
+		w = io.Discard
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return &Emitter{w: w, redact: r, now: now}
+}
+
+// Emit writes one event.
+func (e *Emitter) Emit(ev Event) {
+	if e == nil || e.w == io.Discard {
+		return
+	}
+	ev.TS = e.now().UTC().Format(time.RFC3339Nano)
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return
+	}
+	b = e.redact.Bytes(b)
+	e.mu.Lock()
+	e.buf = append(append(e.buf[:0], b...), '\n')
+	_, _ = e.w.Write(e.buf)
+	e.mu.Unlock()
+}
+
+// SessionStart opens a session.
+func SessionStart(run string, attempt int, providerName, model string, tools []string) Event {
+	return Event{Stream: StreamLifecycle, Type: TypeSessionStart, Run: run, Attempt: attempt, Provider: providerName, Model: model, Tools: tools}
+}
+
+// TextDelta is a piece of the assistant's text.
+func TextDelta(turn int, text string) Event {
+	return Event{Stream: StreamAssistant, Type: TypeTextDelta, Turn: turn, Text: text}
+}
+
+// Thinking is a piece of the assistant's reasoning.
+func Thinking(turn int, text string) Event {
+	return Event{Stream: StreamAssistant, Type: TypeThinking, Turn: turn, Text: text}
+}
+
+// ToolStart is a tool call about to run (or refused: blocked, invalid).
+func ToolStart(turn int, tool, callID string, args json.RawMessage) Event {
+	if !json.Valid(args) {
+		args = nil
+	}
+	return Event{Stream: StreamTool, Type: TypeToolStart, Turn: turn, Tool: tool, CallID: callID, Args: args}
+}
+
+// ToolResult is what a call returned.
+func ToolResult(turn int, tool, callID, text string, isError bool, images int, blocked bool) Event {
+	if len(text) > MaxResultText {
+		text = text[:MaxResultText] + "…"
+	}
+	return Event{Stream: StreamTool, Type: TypeToolResult, Turn: turn, Tool: tool, CallID: callID, Text: text,
+		IsError: isError, Images: images, Blocked: blocked}
+}
+
+// Error is a failure the loop handles (a retry, a corrective) or ends on.
+func Error(turn int, class, text string, retryIn time.Duration) Event {
+	return Event{Stream: StreamLifecycle, Type: TypeError, Turn: turn, Class: class, Text: text, RetryInMs: retryIn.Milliseconds()}
+}
+
+// Compaction is a compaction cycle.
+func Compaction(turn int, text string) Event {
+	return Event{Stream: StreamLifecycle, Type: TypeCompaction, Turn: turn, Text: text}
+}
+
+// Done ends the session.
+func Done(m contract.TerminationMessage) Event {
+	r := m.Retryable
+	u := m.Usage
+	return Event{Stream: StreamLifecycle, Type: TypeDone, Sentinel: m.Sentinel, ExitReason: m.ExitReason, Retryable: &r,
+		Turns: m.Turns, Usage: &u, Recap: m.Recap}
+}

@@ -1,0 +1,47 @@
+package engine
+
+import (
+	"context"
+
+	"github.com/clawfarm/clawfarm/internal/contract"
+)
+
+// Run runs the session to its end and returns the termination message.
+//
+// The loop, as seed 000 draws it: ask the model, judge its turn, run the
+// tools, append the results, ask again — until end_session closes the
+// session or a limit ends it. Every rule is a named step or policy.
+func (s *Session) Run(ctx context.Context) contract.TerminationMessage {
+	s.start(ctx)
+	for {
+		// 1. Limits: cancel (SIGTERM), session budget, turn limit.
+		if end := s.checkLimits(ctx); end != nil {
+			return s.finish(ctx, end)
+		}
+		// 2. Prepare the request: repair pairing, compact, preflight.
+		req, end := s.prepare(ctx)
+		if end != nil {
+			return s.finish(ctx, end)
+		}
+		// 3. Ask the model, retrying by error class behind the breaker.
+		reply, end := s.ask(ctx, req)
+		if end != nil {
+			return s.finish(ctx, end)
+		}
+		// 4. Judge the turn: finish reason, turn shape. A rejected turn gets
+		//    a corrective and counts toward the malformed limit.
+		calls, end, ok := s.judge(ctx, reply)
+		if end != nil {
+			return s.finish(ctx, end)
+		}
+		if !ok {
+			continue
+		}
+		// 5. Run the calls: validate, hooks, dispatch, exactly one result each.
+		if end := s.dispatch(ctx, calls); end != nil {
+			return s.finish(ctx, end)
+		}
+		// 6. Tell the observers (part 2: snapshots, stuck guard) and report progress.
+		s.afterRound(ctx)
+	}
+}

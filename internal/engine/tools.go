@@ -1,0 +1,156 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/clawfarm/clawfarm/internal/contract"
+	"github.com/clawfarm/clawfarm/internal/provider"
+)
+
+// State is the session state engine-side tools read and write. Part 2's
+// tools (plan, memory, jobs, wait, Skill) keep their state beside it.
+type State struct {
+	Turn       int
+	LastNote   string
+	Scratchpad string
+	Usage      contract.Usage
+	// Jobs are agent-created jobs to report in the termination message.
+	Jobs []contract.Job
+	// FollowUp overrides the automatic follow-up of a WAIT.
+	FollowUp *contract.FollowUp
+}
+
+// Call is one engine-side tool call.
+type Call struct {
+	Turn  int
+	ID    string
+	Name  string
+	Args  json.RawMessage
+	State *State
+}
+
+// Output is what an engine-side tool returns. End closes the session after
+// this turn's results are recorded.
+type Output struct {
+	Text    string
+	Images  []*provider.Image
+	IsError bool
+	End     *Ending
+}
+
+// LocalTool is a tool that runs inside the loop rather than on the rig.
+type LocalTool struct {
+	Spec provider.ToolSpec
+	Run  func(ctx context.Context, c *Call) Output
+}
+
+// Registry holds the engine-side tools. Part 2 registers its tools here.
+type Registry struct {
+	tools map[string]LocalTool
+	order []string
+}
+
+// NewRegistry returns a registry with note and end_session.
+func NewRegistry() *Registry {
+	r := &Registry{tools: map[string]LocalTool{}}
+	r.MustRegister(noteTool())
+	r.MustRegister(endSessionTool())
+	return r
+}
+
+// Register adds a tool; a name can be registered once.
+func (r *Registry) Register(t LocalTool) error {
+	if _, dup := r.tools[t.Spec.Name]; dup {
+		return fmt.Errorf("engine tool %q registered twice", t.Spec.Name)
+	}
+	r.tools[t.Spec.Name] = t
+	r.order = append(r.order, t.Spec.Name)
+	return nil
+}
+
+// MustRegister is Register for tools known at build time.
+func (r *Registry) MustRegister(t LocalTool) {
+	if err := r.Register(t); err != nil {
+		panic(err)
+	}
+}
+
+// Lookup finds a tool.
+func (r *Registry) Lookup(name string) (LocalTool, bool) {
+	t, ok := r.tools[name]
+	return t, ok
+}
+
+// Specs lists the tools in registration order.
+func (r *Registry) Specs() []provider.ToolSpec {
+	out := make([]provider.ToolSpec, 0, len(r.order))
+	for _, n := range r.order {
+		out = append(out, r.tools[n].Spec)
+	}
+	return out
+}
+
+func noteTool() LocalTool {
+	return LocalTool{
+		Spec: provider.ToolSpec{
+			Name: ToolNote,
+			Description: "Mandatory in every turn, beside exactly one other tool: one line of at most 20 words saying " +
+				"what this turn does and why. Notes are the only part of a turn that survives compaction. " +
+				"scratchpad (optional) replaces your free-form working notes.",
+			Schema: json.RawMessage(`{"type":"object","properties":{` +
+				`"summary":{"type":"string","minLength":1,"description":"one line, at most 20 words"},` +
+				`"scratchpad":{"type":"string","description":"optional: your working notes, replacing the previous ones"}},` +
+				`"required":["summary"],"additionalProperties":false}`),
+		},
+		Run: func(_ context.Context, c *Call) Output {
+			var a struct {
+				Summary    string  `json:"summary"`
+				Scratchpad *string `json:"scratchpad"`
+			}
+			_ = json.Unmarshal(c.Args, &a)
+			line := strings.Join(strings.Fields(a.Summary), " ")
+			words := strings.Fields(line)
+			warn := ""
+			if len(words) > NoteMaxWords {
+				line = strings.Join(words[:NoteMaxWords], " ")
+				warn = fmt.Sprintf(" (cut to %d words: keep notes to one short line)", NoteMaxWords)
+			}
+			c.State.LastNote = line
+			if a.Scratchpad != nil {
+				c.State.Scratchpad = *a.Scratchpad
+			}
+			return Output{Text: "noted" + warn}
+		},
+	}
+}
+
+func endSessionTool() LocalTool {
+	return LocalTool{
+		Spec: provider.ToolSpec{
+			Name: ToolEndSession,
+			Description: "Close the session. status: DONE (task complete), FAIL (it cannot be done), WAIT (a person must " +
+				"reply first), IDLE (nothing to do), STUCK (an unrecoverable problem; a fresh session will retry). " +
+				"recap: what happened, for whoever reads it next.",
+			Schema: json.RawMessage(`{"type":"object","properties":{` +
+				`"status":{"type":"string","enum":["DONE","FAIL","WAIT","IDLE","STUCK"]},` +
+				`"recap":{"type":"string","minLength":1}},"required":["status","recap"],"additionalProperties":false}`),
+		},
+		Run: func(_ context.Context, c *Call) Output {
+			var a struct {
+				Status string `json:"status"`
+				Recap  string `json:"recap"`
+			}
+			_ = json.Unmarshal(c.Args, &a)
+			s, err := contract.ParseSentinel(a.Status)
+			if err != nil {
+				return Output{IsError: true, Text: err.Error()}
+			}
+			return Output{Text: "session closed: " + string(s), End: &Ending{
+				Sentinel: s, Reason: contract.ReasonEndTurn, Retryable: s == contract.Stuck, Recap: a.Recap,
+			}}
+		},
+	}
+}

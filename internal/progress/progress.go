@@ -1,0 +1,139 @@
+// Package progress patches a running attempt's progress into its AgentRun's
+// status (loop-contract.md, "Progress"): a JSON merge patch on the status
+// subresource, at most every Interval, sent off the loop's goroutine so a
+// slow API server never slows a turn. It uses client-go only: the loop never
+// imports the operator's API types or controller-runtime.
+package progress
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+
+	"github.com/clawfarm/clawfarm/internal/contract"
+)
+
+// Interval is the least time between two patches (loop-contract.md: at most every 2 s).
+const Interval = 2 * time.Second
+
+// AgentRuns is the AgentRun resource.
+var AgentRuns = schema.GroupVersionResource{Group: "farm.clawfarm.dev", Version: "v1alpha1", Resource: "agentruns"}
+
+// PatchFunc sends one merge patch to the run's status.
+type PatchFunc func(ctx context.Context, patch []byte) error
+
+// Patcher publishes the newest progress at most every Interval.
+type Patcher struct {
+	patch    PatchFunc
+	interval time.Duration
+	logf     func(string, ...any)
+
+	mu      sync.Mutex
+	pending *contract.Progress
+	last    time.Time
+	wake    chan struct{}
+	done    chan struct{}
+	stopped bool
+}
+
+// NewInCluster builds a patcher for namespace/name with the pod's service account.
+func NewInCluster(run string, logf func(string, ...any)) (*Patcher, error) {
+	ns, name, err := contract.ParseRunRef(run)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, fmt.Errorf("progress patching needs the in-cluster config: %w", err)
+	}
+	dc, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("progress client: %w", err)
+	}
+	return New(DynamicPatch(dc, ns, name), Interval, logf), nil
+}
+
+// DynamicPatch patches agentruns/status of one run through a dynamic client.
+func DynamicPatch(dc dynamic.Interface, ns, name string) PatchFunc {
+	return func(ctx context.Context, patch []byte) error {
+		_, err := dc.Resource(AgentRuns).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+		return err
+	}
+}
+
+// New starts a patcher.
+func New(patch PatchFunc, interval time.Duration, logf func(string, ...any)) *Patcher {
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	p := &Patcher{patch: patch, interval: interval, logf: logf, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	go p.run()
+	return p
+}
+
+// Report queues the newest progress; older unsent progress is replaced.
+func (p *Patcher) Report(pr contract.Progress) {
+	p.mu.Lock()
+	p.pending = &pr
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Close sends what is pending and stops, waiting at most ctx.
+func (p *Patcher) Close(ctx context.Context) {
+	p.mu.Lock()
+	if !p.stopped {
+		p.stopped = true
+		close(p.wake)
+	}
+	p.mu.Unlock()
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+	}
+}
+
+func (p *Patcher) run() {
+	defer close(p.done)
+	for range p.wake {
+		p.mu.Lock()
+		wait := p.interval - time.Since(p.last)
+		stopped := p.stopped
+		p.mu.Unlock()
+		if wait > 0 && !stopped {
+			time.Sleep(wait)
+		}
+		p.send()
+	}
+	p.send()
+}
+
+func (p *Patcher) send() {
+	p.mu.Lock()
+	pr := p.pending
+	p.pending = nil
+	p.mu.Unlock()
+	if pr == nil {
+		return
+	}
+	body, _ := json.Marshal(map[string]any{"status": map[string]any{"progress": pr}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.patch(ctx, body); err != nil {
+		p.logf("patch progress: %v", err)
+	}
+	p.mu.Lock()
+	p.last = time.Now()
+	p.mu.Unlock()
+}
