@@ -32,6 +32,9 @@ func main() {
 	os.Exit(code)
 }
 
+// rigReconnectWindow is how long the rig may stay unreachable (0: the rig client's default).
+var rigReconnectWindow time.Duration
+
 // run is main without the process: settings in, exit code out.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	cfg, err := parseConfig(args, getenv, stderr)
@@ -72,7 +75,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	em := events.NewEmitter(stdout, red, nil)
 	budget := time.Duration(cfg.SessionSeconds) * time.Second
 	var msg contract.TerminationMessage
-	rc, err := rig.Dial(ctx, rig.Config{Endpoint: cfg.RigEndpoint})
+	rc, err := rig.Dial(ctx, rig.Config{Endpoint: cfg.RigEndpoint, ReconnectWindow: rigReconnectWindow})
 	if err != nil {
 		reason, text := contract.ReasonRigUnavailable, "stopped before the first turn: "+err.Error()
 		if ctx.Err() != nil {

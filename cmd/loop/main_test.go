@@ -1,0 +1,268 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/clawfarm/clawfarm/internal/contract"
+	pt "github.com/clawfarm/clawfarm/internal/provider/providertest"
+	"github.com/clawfarm/clawfarm/internal/rig/rigtest"
+)
+
+const key = "sk-e2e-SECRETVALUE-987654321"
+
+// TestMain lets the test binary act as the loop binary: the end-to-end tests
+// run it as a child process, the way a pod runs cmd/loop.
+func TestMain(m *testing.M) {
+	if os.Getenv("CLAWFARM_TEST_AS_LOOP") == "1" {
+		main()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+func step(calls ...pt.Call) pt.Step {
+	for i := range calls {
+		calls[i].ID = fmt.Sprintf("c%d_%s", i, calls[i].Name)
+	}
+	return pt.Step{Calls: calls, PromptTokens: 100, CompletionTokens: 10}
+}
+
+var (
+	note = pt.Call{Name: "note", Args: `{"summary":"working"}`}
+	peek = pt.Call{Name: "peek", Args: `{}`}
+)
+
+func closing(status string) pt.Step {
+	return step(note, pt.Call{Name: "end_session", Args: `{"status":"` + status + `","recap":"` + strings.ToLower(status) + ` recap"}`})
+}
+
+// uniq makes call ids unique per request, as a real server would.
+func uniq(steps ...pt.Step) pt.Script {
+	return func(n int, _ []byte) pt.Step {
+		if n >= len(steps) {
+			n = len(steps) - 1
+		}
+		s := steps[n]
+		cs := append([]pt.Call(nil), s.Calls...)
+		for i := range cs {
+			cs[i].ID = fmt.Sprintf("r%d_%s", n, cs[i].ID)
+		}
+		s.Calls = cs
+		return s
+	}
+}
+
+type result struct {
+	code           int
+	msg            *contract.TerminationMessage
+	stdout, stderr string
+	rawMsg         string
+}
+
+// loopEnv is the pod's environment for one run against the test servers.
+func loopEnv(t *testing.T, modelURL, rigURL string, extra ...string) []string {
+	logPath := filepath.Join(t.TempDir(), "termination-log")
+	env := []string{
+		"CLAWFARM_RUN=ns/run-1", "CLAWFARM_ATTEMPT=1", "CLAWFARM_TRIGGER=open Settings and turn on Wi-Fi",
+		"CLAWFARM_RIG_ENDPOINT=" + rigURL, "CLAWFARM_MODEL_PROVIDER=openai-compatible", "CLAWFARM_MODEL=test-model",
+		"CLAWFARM_MODEL_BASE_URL=" + modelURL + "/v1", "CLAWFARM_MODEL_API_KEY=" + key,
+		"CLAWFARM_TERMINATION_LOG=" + logPath, "CLAWFARM_MODEL_TIMEOUT_SECONDS=1",
+	}
+	return append(env, extra...)
+}
+
+// runChild runs the loop as a child process and waits for it.
+func runChild(t *testing.T, env []string, args []string, whileRunning func(p *os.Process)) result {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(append(os.Environ(), "CLAWFARM_TEST_AS_LOOP=1"), env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if whileRunning != nil {
+		whileRunning(cmd.Process)
+	}
+	_ = cmd.Wait()
+	r := result{code: cmd.ProcessState.ExitCode(), stdout: out.String(), stderr: errb.String()}
+	for _, e := range env {
+		if p, ok := strings.CutPrefix(e, "CLAWFARM_TERMINATION_LOG="); ok {
+			if b, err := os.ReadFile(p); err == nil {
+				r.rawMsg = string(b)
+				if m, err := contract.DecodeTerminationMessage(b); err == nil {
+					r.msg = m
+				}
+			}
+		}
+	}
+	return r
+}
+
+func check(t *testing.T, r result, code int, s contract.Sentinel, reason contract.ExitReason) {
+	t.Helper()
+	if r.code != code || r.msg == nil || r.msg.Sentinel != s || r.msg.ExitReason != reason {
+		t.Fatalf("exit %d, message %s; want exit %d %s/%s\nstderr: %s", r.code, r.rawMsg, code, s, reason, r.stderr)
+	}
+	if r.msg.ExitCode() != r.code {
+		t.Errorf("exit code %d disagrees with the message's %d", r.code, r.msg.ExitCode())
+	}
+	if len(r.rawMsg) > contract.MaxTerminationMessageBytes {
+		t.Errorf("termination message is %d bytes", len(r.rawMsg))
+	}
+	for where, text := range map[string]string{"stdout": r.stdout, "stderr": r.stderr, "termination message": r.rawMsg} {
+		if strings.Contains(text, key) || strings.Contains(text, "SECRETVALUE") {
+			t.Errorf("the API key leaked into %s", where)
+		}
+	}
+	// stdout is JSON lines, ending with done.
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	var last struct{ Type string }
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil || last.Type != "done" {
+		t.Errorf("last event %q", lines[len(lines)-1])
+	}
+}
+
+func TestEndToEnd(t *testing.T) {
+	tap := pt.Call{Name: "tap", Args: `{"bbox":[0.1,0.2,0.3,0.4]}`}
+	cases := []struct {
+		name   string
+		script pt.Script
+		args   []string
+		code   int
+		s      contract.Sentinel
+		reason contract.ExitReason
+	}{
+		{"done", uniq(step(note, peek), step(note, tap), closing("DONE")), nil, 0, contract.Done, contract.ReasonEndTurn},
+		{"fail", uniq(step(note, peek), closing("FAIL")), nil, 1, contract.Fail, contract.ReasonEndTurn},
+		{"wait", uniq(closing("WAIT")), nil, 10, contract.Wait, contract.ReasonEndTurn},
+		{"idle", uniq(closing("IDLE")), nil, 11, contract.Idle, contract.ReasonEndTurn},
+		{"stuck by the agent", uniq(closing("STUCK")), nil, 12, contract.Stuck, contract.ReasonEndTurn},
+		{"malformed turns", uniq(step(tap)), nil, 12, contract.Stuck, contract.ReasonMalformedTurns},
+		{"no tool calls", uniq(pt.Step{Text: "done, I think"}), nil, 12, contract.Stuck, contract.ReasonNoToolCalls},
+		{"turn limit", uniq(step(note, peek)), []string{"--max-turns", "2"}, 12, contract.Stuck, contract.ReasonMaxRounds},
+		{"session budget", uniq(step(note, peek), pt.Step{Status: 429, ErrType: "rate_limit_exceeded", ErrMessage: "wait", RetryAfter: "600"}),
+			[]string{"--session-seconds", "60"}, 13, contract.Stuck, contract.ReasonBudgetExhausted},
+		{"auth failure", uniq(pt.Step{Status: 401, ErrType: "invalid_api_key", ErrMessage: "Incorrect API key provided: " + key}), nil, 12, contract.Stuck, contract.ReasonFatalError},
+		{"content filter", uniq(pt.Step{Text: "…", Finish: "content_filter"}), nil, 1, contract.Fail, contract.ReasonFatalError},
+		{"context overflow", uniq(pt.Step{Status: 400, ErrType: "context_length_exceeded", ErrMessage: "maximum context length exceeded"}), nil, 12, contract.Stuck, contract.ReasonCompactionExhausted},
+		{"preflight", uniq(step(note, peek)), []string{"--context-window", "1000"}, 12, contract.Stuck, contract.ReasonContextOverflow},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			model := pt.OpenAI(c.script)
+			defer model.Close()
+			r1 := rigtest.New()
+			defer r1.Close()
+			res := runChild(t, loopEnv(t, model.URL, r1.Endpoint()), c.args, nil)
+			check(t, res, c.code, c.s, c.reason)
+			if c.s == contract.Wait && (res.msg.FollowUp == nil || res.msg.FollowUp.AfterMinutes != 15) {
+				t.Errorf("follow-up %+v", res.msg.FollowUp)
+			}
+		})
+	}
+}
+
+func TestSIGTERMExitsCancelled(t *testing.T) {
+	model := pt.OpenAI(uniq(step(note, peek), pt.Step{Stall: true}))
+	defer model.Close()
+	r1 := rigtest.New()
+	defer r1.Close()
+	env := loopEnv(t, model.URL, r1.Endpoint(), "CLAWFARM_MODEL_TIMEOUT_SECONDS=30")
+	res := runChild(t, env, nil, func(p *os.Process) {
+		deadline := time.Now().Add(10 * time.Second)
+		for model.Requests() < 2 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		_ = p.Signal(syscall.SIGTERM)
+	})
+	check(t, res, 12, contract.Stuck, contract.ReasonUserCancel)
+	if !res.msg.Retryable || res.msg.Turns != 1 {
+		t.Errorf("message %+v", res.msg)
+	}
+}
+
+func TestRigUnavailable(t *testing.T) {
+	rigReconnectWindow = 50 * time.Millisecond
+	defer func() { rigReconnectWindow = 0 }()
+	model := pt.OpenAI(uniq(closing("DONE")))
+	defer model.Close()
+	env := map[string]string{}
+	for _, e := range loopEnv(t, model.URL, rigtest.Unused()) {
+		k, v, _ := strings.Cut(e, "=")
+		env[k] = v
+	}
+	var out, errb bytes.Buffer
+	code := run(context.Background(), nil, func(k string) string { return env[k] }, &out, &errb)
+	b, _ := os.ReadFile(env["CLAWFARM_TERMINATION_LOG"])
+	m, err := contract.DecodeTerminationMessage(b)
+	if code != 12 || err != nil || m.ExitReason != contract.ReasonRigUnavailable {
+		t.Fatalf("exit %d message %s (%v) stderr %s", code, b, err, errb.String())
+	}
+}
+
+func TestBadConfiguration(t *testing.T) {
+	good := map[string]string{
+		"CLAWFARM_RIG_ENDPOINT": "http://rig:8048/mcp", "CLAWFARM_TRIGGER": "go", "CLAWFARM_MODEL": "m",
+		"CLAWFARM_MODEL_PROVIDER": "openai", "CLAWFARM_MODEL_API_KEY": key,
+	}
+	cases := []struct {
+		name  string
+		env   map[string]string
+		args  []string
+		names string
+	}{
+		{"no rig", map[string]string{"CLAWFARM_RIG_ENDPOINT": ""}, nil, "CLAWFARM_RIG_ENDPOINT"},
+		{"rig not a URL", map[string]string{"CLAWFARM_RIG_ENDPOINT": "rig:8048"}, nil, "--rig-endpoint"},
+		{"no trigger", map[string]string{"CLAWFARM_TRIGGER": ""}, nil, "CLAWFARM_TRIGGER"},
+		{"no model", map[string]string{"CLAWFARM_MODEL": ""}, nil, "CLAWFARM_MODEL"},
+		{"unknown provider", map[string]string{"CLAWFARM_MODEL_PROVIDER": "skynet"}, nil, "CLAWFARM_MODEL_PROVIDER"},
+		{"compatible without URL", map[string]string{"CLAWFARM_MODEL_PROVIDER": "openai-compatible"}, nil, "CLAWFARM_MODEL_BASE_URL"},
+		{"no key", map[string]string{"CLAWFARM_MODEL_API_KEY": ""}, nil, "CLAWFARM_MODEL_API_KEY"},
+		{"turns not a number", map[string]string{"CLAWFARM_MAX_TURNS": "many"}, nil, "CLAWFARM_MAX_TURNS"},
+		{"flag wins and is checked", nil, []string{"--max-turns", "0"}, "--max-turns"},
+		{"bad run", map[string]string{"CLAWFARM_RUN": "noslash"}, nil, "CLAWFARM_RUN"},
+		{"bad resume", map[string]string{"CLAWFARM_RESUME": "perhaps"}, nil, "CLAWFARM_RESUME"},
+		{"bad timeout", map[string]string{"CLAWFARM_MODEL_TIMEOUT_SECONDS": "-1"}, nil, "CLAWFARM_MODEL_TIMEOUT_SECONDS"},
+		{"no key flag", nil, []string{"--api-key", key}, "CLAWFARM_MODEL_API_KEY"},
+	}
+	for _, c := range cases {
+		env := map[string]string{}
+		for k, v := range good {
+			env[k] = v
+		}
+		for k, v := range c.env {
+			env[k] = v
+		}
+		var out, errb bytes.Buffer
+		code := run(context.Background(), c.args, func(k string) string { return env[k] }, &out, &errb)
+		if code != contract.ExitInvalidConfig || !strings.Contains(errb.String(), c.names) {
+			t.Errorf("%s: exit %d, stderr %q; want 2 naming %s", c.name, code, errb.String(), c.names)
+		}
+		if strings.Contains(errb.String(), key) {
+			t.Errorf("%s: the key leaked into stderr", c.name)
+		}
+	}
+}
+
+func TestFlagWinsOverEnv(t *testing.T) {
+	env := map[string]string{"CLAWFARM_RIG_ENDPOINT": "http://rig:1/mcp", "CLAWFARM_TRIGGER": "env trigger", "CLAWFARM_MODEL": "m",
+		"CLAWFARM_MODEL_API_KEY": key, "CLAWFARM_MAX_TURNS": "9"}
+	c, err := parseConfig([]string{"--trigger", "flag trigger", "--max-turns", "7"}, func(k string) string { return env[k] }, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Trigger != "flag trigger" || c.MaxTurns != 7 || c.ContextWindow != contract.DefaultContextWindow || c.TerminationLog != contract.DefaultTerminationLog {
+		t.Errorf("config %+v", c.Settings)
+	}
+}
