@@ -1,0 +1,83 @@
+package main
+
+import (
+	"encoding/json"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func waitFor(t *testing.T, url string) *http.Response {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get(url); err == nil {
+			return resp
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("%s never answered", url)
+	return nil
+}
+
+// rigsim serves a farm with a port per rig and stops cleanly on SIGTERM.
+func TestServesAndStopsOnSIGTERM(t *testing.T) {
+	port := freePort(t)
+	done := make(chan error, 1)
+	go func() {
+		done <- run([]string{"--listen", "127.0.0.1:" + strconv.Itoa(port), "--rigs", "2", "--port-per-rig", "--glare", "0.1", "--tap-offset", "0.01,0"})
+	}()
+	resp := waitFor(t, "http://127.0.0.1:"+strconv.Itoa(port)+"/rigs")
+	var rigs []map[string]string
+	json.NewDecoder(resp.Body).Decode(&rigs)
+	resp.Body.Close()
+	if len(rigs) != 2 {
+		t.Fatalf("GET /rigs = %v", rigs)
+	}
+	resp = waitFor(t, "http://127.0.0.1:"+strconv.Itoa(port+2)+"/api/sim/faults")
+	var faults map[string]any
+	json.NewDecoder(resp.Body).Decode(&faults)
+	resp.Body.Close()
+	if faults["glare"] != 0.1 {
+		t.Fatalf("rig-1 on its own port has faults %v, want the flags'", faults)
+	}
+	if err := syscall.Kill(syscall.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run = %v after SIGTERM", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("rigsim did not stop on SIGTERM")
+	}
+}
+
+func TestRejectsBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--rigs", "0"},
+		{"--tap-offset", "left"},
+		{"--glare", "1.5"},
+		{"--config", "/nonexistent.yaml"},
+		{"--no-such-flag"},
+	} {
+		if err := run(args); err == nil {
+			t.Errorf("run(%q) accepted it", strings.Join(args, " "))
+		}
+	}
+}
