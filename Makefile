@@ -22,7 +22,7 @@ generate: ## Generate deepcopy code for the API types.
 
 .PHONY: manifests
 manifests: ## Generate CRDs and RBAC from the markers.
-	$(CONTROLLER_GEN) crd rbac:roleName=clawfarm-manager paths=./api/... paths=./controllers/... paths=./internal/... \
+	$(CONTROLLER_GEN) crd rbac:roleName=clawfarm-manager paths=./api/... paths=./controllers/... \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 	@mkdir -p charts/clawfarm/crds && cp config/crd/bases/*.yaml charts/clawfarm/crds/ 2>/dev/null || true
 

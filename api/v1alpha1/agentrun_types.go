@@ -1,0 +1,405 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// RigReference names a DeviceRig in the run's namespace.
+type RigReference struct {
+	// Name of the DeviceRig.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+}
+
+// RigSelector picks any Ready, free, schedulable rig whose labels match.
+type RigSelector struct {
+	// MatchLabels are the labels a DeviceRig must carry. Empty matches every rig.
+	// +kubebuilder:validation:MaxProperties=16
+	// +optional
+	MatchLabels map[string]string `json:"matchLabels,omitempty"`
+}
+
+// ModelProvider is a provider preset of the loop.
+// +kubebuilder:validation:Enum=openai;anthropic;qwen;moonshot;deepseek;google;openai-compatible
+type ModelProvider string
+
+// ModelSpec says which model drives the agent.
+// +kubebuilder:validation:XValidation:rule="self.provider != 'openai-compatible' || has(self.baseURL)",message="model.baseURL is required when model.provider is openai-compatible"
+type ModelSpec struct {
+	// Provider is the provider preset.
+	// +kubebuilder:default=openai
+	Provider ModelProvider `json:"provider"`
+
+	// Name is the model name, as the provider spells it.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	Name string `json:"name"`
+
+	// BaseURL overrides the preset's endpoint (vLLM, Ollama, a proxy).
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^https?://`
+	// +optional
+	BaseURL string `json:"baseURL,omitempty"`
+
+	// APIKeySecretRef is the Secret key holding the API key. The key reaches the
+	// loop as an environment variable only.
+	// +optional
+	APIKeySecretRef *corev1.SecretKeySelector `json:"apiKeySecretRef,omitempty"`
+
+	// ContextWindow is the input budget in tokens.
+	// +kubebuilder:default=128000
+	// +kubebuilder:validation:Minimum=4096
+	// +kubebuilder:validation:Maximum=10000000
+	ContextWindow int32 `json:"contextWindow,omitempty"`
+}
+
+// RunLimits bounds a run.
+type RunLimits struct {
+	// MaxTurns is the turn limit of one attempt.
+	// +kubebuilder:default=300
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000
+	MaxTurns int32 `json:"maxTurns,omitempty"`
+
+	// MaxAttempts is how many counted attempts (STUCK, crashes) a run may use.
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=20
+	MaxAttempts int32 `json:"maxAttempts,omitempty"`
+
+	// MaxInfraRetries is how many free retries infrastructure failures (a pod
+	// that never started, an eviction, a lost node) may use over the whole run.
+	// +kubebuilder:default=5
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=50
+	MaxInfraRetries int32 `json:"maxInfraRetries,omitempty"`
+
+	// QueueTimeoutSeconds fails a run that has waited this long for a rig. 0 waits forever.
+	// +kubebuilder:default=86400
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2592000
+	QueueTimeoutSeconds int32 `json:"queueTimeoutSeconds,omitempty"`
+
+	// AttemptTimeoutSeconds is the session budget of one attempt (the loop's
+	// --session-seconds); the pod's activeDeadlineSeconds adds a grace minute.
+	// +kubebuilder:default=3600
+	// +kubebuilder:validation:Minimum=30
+	// +kubebuilder:validation:Maximum=86400
+	AttemptTimeoutSeconds int32 `json:"attemptTimeoutSeconds,omitempty"`
+
+	// RunTimeoutSeconds fails the whole run, queue time included, after this long. 0: no limit.
+	// +kubebuilder:default=0
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2592000
+	RunTimeoutSeconds int32 `json:"runTimeoutSeconds,omitempty"`
+}
+
+// FollowUpPolicy governs WAIT follow-ups.
+type FollowUpPolicy struct {
+	// MaxChain is how many follow-up runs one chain may have; 0 disables follow-ups.
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	MaxChain int32 `json:"maxChain,omitempty"`
+
+	// DefaultDelayMinutes is the delay when the agent did not ask for one.
+	// +kubebuilder:default=15
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10080
+	DefaultDelayMinutes int32 `json:"defaultDelayMinutes,omitempty"`
+}
+
+// SkillSource is a ConfigMap of skills (folders with SKILL.md) mounted into the loop pod.
+type SkillSource struct {
+	// ConfigMapName names a ConfigMap in the run's namespace.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	ConfigMapName string `json:"configMapName"`
+}
+
+// PodOverrides customise the loop pod.
+type PodOverrides struct {
+	// Image of the loop. Default: the manager's --loop-image.
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	Image string `json:"image,omitempty"`
+
+	// Resources of the loop container.
+	// +optional
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// Tolerations added to the loop pod (the rig taint is always tolerated).
+	// +kubebuilder:validation:MaxItems=16
+	// +optional
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
+	// ServiceAccountName of the loop pod. Default: the manager's --loop-service-account.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	ServiceAccountName string `json:"serviceAccountName,omitempty"`
+}
+
+// AgentRunSpec is one task on one rig. It is frozen once the run has started,
+// except cancel.
+// +kubebuilder:validation:XValidation:rule="has(self.rigRef) != has(self.rigSelector)",message="set exactly one of rigRef (a rig by name) or rigSelector (any matching rig)"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.cancel) || !oldSelf.cancel || (has(self.cancel) && self.cancel)",message="cancel cannot be undone"
+type AgentRunSpec struct {
+	// RigRef runs the task on this rig.
+	// +optional
+	RigRef *RigReference `json:"rigRef,omitempty"`
+
+	// RigSelector runs the task on any Ready, free rig whose labels match.
+	// +optional
+	RigSelector *RigSelector `json:"rigSelector,omitempty"`
+
+	// Trigger is the opening message: what woke the agent.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=16384
+	Trigger string `json:"trigger"`
+
+	// Model drives the agent.
+	Model ModelSpec `json:"model"`
+
+	// Limits bound the run.
+	// +kubebuilder:default={}
+	// +optional
+	Limits RunLimits `json:"limits,omitempty"`
+
+	// Skills are extra skill ConfigMaps for this run.
+	// +kubebuilder:validation:MaxItems=16
+	// +optional
+	Skills []SkillSource `json:"skills,omitempty"`
+
+	// DenyTools are tools the loop's policy blocks for this run.
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=64
+	// +optional
+	DenyTools []string `json:"denyTools,omitempty"`
+
+	// FollowUp governs WAIT follow-ups.
+	// +kubebuilder:default={}
+	// +optional
+	FollowUp FollowUpPolicy `json:"followUp,omitempty"`
+
+	// Cancel stops the run: the loop pod is stopped gracefully, the rig released,
+	// the phase becomes Cancelled. It cannot be undone.
+	// +optional
+	Cancel bool `json:"cancel,omitempty"`
+
+	// TTLSecondsAfterFinished deletes the run this long after it finished.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=31536000
+	// +optional
+	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
+
+	// Pod customises the loop pod.
+	// +optional
+	Pod *PodOverrides `json:"pod,omitempty"`
+}
+
+// RunPhase is where a run is in its life.
+// +kubebuilder:validation:Enum=Pending;Queued;Running;Retrying;Waiting;Succeeded;Failed;Cancelled
+type RunPhase string
+
+// The phases of a run.
+const (
+	RunPending   RunPhase = "Pending"
+	RunQueued    RunPhase = "Queued"
+	RunRunning   RunPhase = "Running"
+	RunRetrying  RunPhase = "Retrying"
+	RunWaiting   RunPhase = "Waiting"
+	RunSucceeded RunPhase = "Succeeded"
+	RunFailed    RunPhase = "Failed"
+	RunCancelled RunPhase = "Cancelled"
+)
+
+// Finished reports whether the phase is final.
+func (p RunPhase) Finished() bool {
+	return p == RunSucceeded || p == RunFailed || p == RunCancelled
+}
+
+// TokenUsage counts tokens.
+type TokenUsage struct {
+	PromptTokens     int64 `json:"promptTokens,omitempty"`
+	CompletionTokens int64 `json:"completionTokens,omitempty"`
+	CachedTokens     int64 `json:"cachedTokens,omitempty"`
+}
+
+// AttemptRecord is the recorded outcome of one attempt pod.
+type AttemptRecord struct {
+	// Attempt is the counted attempt number, from 1.
+	Attempt int32 `json:"attempt"`
+	// Retry is the infrastructure retry within the attempt, from 0.
+	Retry int32 `json:"retry,omitempty"`
+	// Pod is the attempt pod's name.
+	Pod string `json:"pod"`
+	// Node the pod ran on.
+	// +optional
+	Node string `json:"node,omitempty"`
+	// StartTime of the pod.
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// FinishTime, when the outcome was recorded.
+	// +optional
+	FinishTime *metav1.Time `json:"finishTime,omitempty"`
+	// Sentinel the loop reported (or the harness set).
+	// +optional
+	Sentinel string `json:"sentinel,omitempty"`
+	// ExitCode of the loop container.
+	// +optional
+	ExitCode *int32 `json:"exitCode,omitempty"`
+	// ExitReason the loop reported.
+	// +optional
+	ExitReason string `json:"exitReason,omitempty"`
+	// Outcome is the class the controller acted on (Done, Fail, Wait, Idle, Stuck,
+	// BudgetExhausted, InvalidConfig, Infrastructure, Cancelled).
+	Outcome string `json:"outcome"`
+	// Counted is true when the attempt used one of maxAttempts.
+	Counted bool `json:"counted"`
+	// Message explains the outcome in a sentence.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// Usage is the attempt's token usage.
+	// +optional
+	Usage *TokenUsage `json:"usage,omitempty"`
+}
+
+// RunProgress is the live progress the loop patches while it runs.
+type RunProgress struct {
+	Attempt int32 `json:"attempt,omitempty"`
+	Turn    int32 `json:"turn,omitempty"`
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	LastNote string `json:"lastNote,omitempty"`
+	Tokens   int64  `json:"tokens,omitempty"`
+	// UpdatedAt is an RFC 3339 time.
+	// +optional
+	UpdatedAt string `json:"updatedAt,omitempty"`
+}
+
+// FollowUpStatus tracks the WAIT follow-up.
+type FollowUpStatus struct {
+	// CronJob that fires the follow-up.
+	// +optional
+	CronJob string `json:"cronJob,omitempty"`
+	// FireTime is when it fires.
+	// +optional
+	FireTime *metav1.Time `json:"fireTime,omitempty"`
+	// Run is the follow-up AgentRun, once it exists.
+	// +optional
+	Run string `json:"run,omitempty"`
+	// Chain is the follow-up's position in its chain, from 1.
+	// +optional
+	Chain int32 `json:"chain,omitempty"`
+	// Context is what the agent asked the follow-up to check.
+	// +kubebuilder:validation:MaxLength=4096
+	// +optional
+	Context string `json:"context,omitempty"`
+}
+
+// AgentJobStatus is an agent-created job materialised as a CronJob.
+type AgentJobStatus struct {
+	ID      string `json:"id"`
+	CronJob string `json:"cronJob,omitempty"`
+	// Op is the last operation: create or finish.
+	Op string `json:"op"`
+	// +optional
+	Schedule string `json:"schedule,omitempty"`
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// AgentRunStatus is what the operator observed of the run.
+type AgentRunStatus struct {
+	// ObservedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Phase of the run.
+	// +optional
+	Phase RunPhase `json:"phase,omitempty"`
+	// Rig the run holds or last held.
+	// +optional
+	Rig string `json:"rig,omitempty"`
+	// Attempt is the current counted attempt, from 1.
+	// +optional
+	Attempt int32 `json:"attempt,omitempty"`
+	// InfraRetries used so far (free retries).
+	// +optional
+	InfraRetries int32 `json:"infraRetries,omitempty"`
+	// Sentinel of the last attempt.
+	// +optional
+	Sentinel string `json:"sentinel,omitempty"`
+	// Recap of the last attempt, in the agent's words.
+	// +optional
+	Recap string `json:"recap,omitempty"`
+	// ExitReason of the last attempt.
+	// +optional
+	ExitReason string `json:"exitReason,omitempty"`
+	// Attempts is the bounded history of attempt pods, oldest first.
+	// +kubebuilder:validation:MaxItems=100
+	// +optional
+	Attempts []AttemptRecord `json:"attempts,omitempty"`
+	// Progress is live while an attempt runs.
+	// +optional
+	Progress *RunProgress `json:"progress,omitempty"`
+	// FollowUp tracks the WAIT follow-up.
+	// +optional
+	FollowUp *FollowUpStatus `json:"followUp,omitempty"`
+	// Jobs are the agent-created jobs this run reported.
+	// +kubebuilder:validation:MaxItems=64
+	// +optional
+	Jobs []AgentJobStatus `json:"jobs,omitempty"`
+	// Usage is the token usage over all attempts.
+	// +optional
+	Usage *TokenUsage `json:"usage,omitempty"`
+	// QueuedAt is when the run started waiting for a rig.
+	// +optional
+	QueuedAt *metav1.Time `json:"queuedAt,omitempty"`
+	// StartTime is when the first attempt pod was created.
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// CompletionTime is when the run finished.
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	// Conditions: RigLeased, Succeeded, FollowUpScheduled.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// AgentRun is one task on one phone rig: the operator leases a rig, runs the
+// loop pod on its node, and records the sentinel the agent ends with.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=ar,categories=clawfarm
+// +kubebuilder:printcolumn:name="Rig",type=string,JSONPath=`.status.rig`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Sentinel",type=string,JSONPath=`.status.sentinel`
+// +kubebuilder:printcolumn:name="Attempt",type=integer,JSONPath=`.status.attempt`
+// +kubebuilder:printcolumn:name="Turn",type=integer,JSONPath=`.status.progress.turn`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Succeeded")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 48",message="metadata.name must be at most 48 characters: attempt pods and follow-ups append suffixes to it"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.phase) || oldSelf.status.phase == 'Pending' || (self.spec.trigger == oldSelf.spec.trigger && self.spec.model == oldSelf.spec.model && self.spec.limits == oldSelf.spec.limits && self.spec.followUp == oldSelf.spec.followUp && has(self.spec.rigRef) == has(oldSelf.spec.rigRef) && (!has(self.spec.rigRef) || self.spec.rigRef == oldSelf.spec.rigRef) && has(self.spec.rigSelector) == has(oldSelf.spec.rigSelector) && (!has(self.spec.rigSelector) || self.spec.rigSelector == oldSelf.spec.rigSelector) && has(self.spec.skills) == has(oldSelf.spec.skills) && (!has(self.spec.skills) || self.spec.skills == oldSelf.spec.skills) && has(self.spec.denyTools) == has(oldSelf.spec.denyTools) && (!has(self.spec.denyTools) || self.spec.denyTools == oldSelf.spec.denyTools) && has(self.spec.pod) == has(oldSelf.spec.pod) && (!has(self.spec.pod) || self.spec.pod == oldSelf.spec.pod) && has(self.spec.ttlSecondsAfterFinished) == has(oldSelf.spec.ttlSecondsAfterFinished) && (!has(self.spec.ttlSecondsAfterFinished) || self.spec.ttlSecondsAfterFinished == oldSelf.spec.ttlSecondsAfterFinished))",message="spec is frozen once the run has started; only spec.cancel may change"
+type AgentRun struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   AgentRunSpec   `json:"spec,omitempty"`
+	Status AgentRunStatus `json:"status,omitempty"`
+}
+
+// AgentRunList is a list of AgentRuns.
+// +kubebuilder:object:root=true
+type AgentRunList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []AgentRun `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&AgentRun{}, &AgentRunList{})
+}

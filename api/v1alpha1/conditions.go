@@ -1,0 +1,100 @@
+package v1alpha1
+
+// Condition types of an AgentRun.
+const (
+	// ConditionRigLeased is True while the run holds its rig's Lease.
+	ConditionRigLeased = "RigLeased"
+	// ConditionSucceeded is Unknown while the run is in flight, True for DONE, IDLE
+	// and WAIT, False for FAIL, exhausted attempts, deadlines and cancel.
+	ConditionSucceeded = "Succeeded"
+	// ConditionFollowUpScheduled is True while a WAIT follow-up is scheduled or created.
+	ConditionFollowUpScheduled = "FollowUpScheduled"
+)
+
+// Condition types of a DeviceRig.
+const (
+	ConditionReady             = "Ready"
+	ConditionNodeReady         = "NodeReady"
+	ConditionEndpointReachable = "EndpointReachable"
+	ConditionCalibrated        = "Calibrated"
+)
+
+// Stable reasons of AgentRun conditions.
+const (
+	ReasonPending           = "Pending"
+	ReasonQueued            = "Queued"
+	ReasonRigNotFound       = "RigNotFound"
+	ReasonNoMatchingRig     = "NoMatchingRig"
+	ReasonRigBusy           = "RigBusy"
+	ReasonRigNotReady       = "RigNotReady"
+	ReasonLeased            = "Leased"
+	ReasonReleased          = "Released"
+	ReasonRunning           = "Running"
+	ReasonRetrying          = "Retrying"
+	ReasonDone              = "Done"
+	ReasonIdle              = "Idle"
+	ReasonWaiting           = "Waiting"
+	ReasonFollowedUp        = "FollowedUp"
+	ReasonTaskFailed        = "TaskFailed"
+	ReasonAttemptsExhausted = "AttemptsExhausted"
+	ReasonInfraExhausted    = "InfraRetriesExhausted"
+	ReasonBudgetExhausted   = "BudgetExhausted"
+	ReasonInvalidConfig     = "InvalidConfig"
+	ReasonCancelled         = "Cancelled"
+	ReasonQueueTimeout      = "QueueTimeout"
+	ReasonDeadlineExceeded  = "DeadlineExceeded"
+	ReasonRigLost           = "RigLost"
+	ReasonScheduled         = "Scheduled"
+	ReasonFollowUpCreated   = "FollowUpCreated"
+	ReasonChainLimitReached = "ChainLimitReached"
+	ReasonFollowUpsDisabled = "FollowUpsDisabled"
+	ReasonPodCreateFailed   = "PodCreateFailed"
+)
+
+// Stable reasons of DeviceRig conditions.
+const (
+	ReasonNodeReady      = "NodeReady"
+	ReasonNodeNotReady   = "NodeNotReady"
+	ReasonNodeNotFound   = "NodeNotFound"
+	ReasonProbeSucceeded = "ProbeSucceeded"
+	ReasonProbeFailed    = "ProbeFailed"
+	ReasonHealthNotReady = "HealthNotReady"
+	ReasonCalibrated     = "Calibrated"
+	ReasonNotCalibrated  = "NotCalibrated"
+	ReasonUnknown        = "Unknown"
+	ReasonRigReady       = "RigReady"
+	ReasonMaintenance    = "Maintenance"
+)
+
+// Outcomes recorded in AttemptRecord.Outcome.
+const (
+	OutcomeDone           = "Done"
+	OutcomeFail           = "Fail"
+	OutcomeWait           = "Wait"
+	OutcomeIdle           = "Idle"
+	OutcomeStuck          = "Stuck"
+	OutcomeBudget         = "BudgetExhausted"
+	OutcomeInvalidConfig  = "InvalidConfig"
+	OutcomeInfrastructure = "Infrastructure"
+	OutcomeCancelled      = "Cancelled"
+)
+
+// Labels and annotations the operator puts on what it creates.
+const (
+	LabelRun        = "farm.clawfarm.dev/run"
+	LabelRunUID     = "farm.clawfarm.dev/run-uid"
+	LabelRig        = "farm.clawfarm.dev/rig"
+	LabelAttempt    = "farm.clawfarm.dev/attempt"
+	LabelChainRoot  = "farm.clawfarm.dev/chain-root"
+	LabelParent     = "farm.clawfarm.dev/parent"
+	LabelJobID      = "farm.clawfarm.dev/job-id"
+	LabelKind       = "farm.clawfarm.dev/kind"
+	AnnotationChain = "farm.clawfarm.dev/chain"
+	AnnotationRetry = "farm.clawfarm.dev/retry"
+	// TaintRig is the taint rig nodes carry; loop pods tolerate it.
+	TaintRig = "farm.clawfarm.dev/rig"
+	// FinalizerOutcome keeps an attempt pod until its outcome is recorded.
+	FinalizerOutcome = "farm.clawfarm.dev/outcome"
+	// FinalizerLease keeps a run until its rig's Lease is released.
+	FinalizerLease = "farm.clawfarm.dev/lease"
+)

@@ -1,0 +1,155 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// RigEndpoint is where the rig's MCP server and health route answer.
+type RigEndpoint struct {
+	// URL of the rig's MCP server (streamable HTTP), e.g. http://10.0.0.5:8048/mcp.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^https?://[^/\s]+(/\S*)?$`
+	URL string `json:"url"`
+
+	// HealthURL answers GET with the PhysiClaw status JSON. Default: /api/status on the URL's host.
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^https?://[^/\s]+(/\S*)?$`
+	// +optional
+	HealthURL string `json:"healthURL,omitempty"`
+}
+
+// Phone describes the phone under the camera.
+type Phone struct {
+	// Platform of the phone.
+	// +kubebuilder:validation:Enum=ios;android
+	// +optional
+	Platform string `json:"platform,omitempty"`
+	// Model of the phone, e.g. "iPhone 15".
+	// +kubebuilder:validation:MaxLength=128
+	// +optional
+	Model string `json:"model,omitempty"`
+}
+
+// StateVolume is where the rig's state (memory, logs, jobs, skills, snapshots) lives.
+// Exactly one source may be set; none means hostPath /var/lib/clawfarm/rigs/<name> on the rig's node.
+// +kubebuilder:validation:XValidation:rule="!(has(self.hostPath) && has(self.persistentVolumeClaim))",message="set at most one of stateVolume.hostPath and stateVolume.persistentVolumeClaim"
+type StateVolume struct {
+	// HostPath is a directory on the rig's node.
+	// +kubebuilder:validation:Pattern=`^/`
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	HostPath string `json:"hostPath,omitempty"`
+	// PersistentVolumeClaim names a claim in the rig's namespace.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	PersistentVolumeClaim string `json:"persistentVolumeClaim,omitempty"`
+}
+
+// DeviceRigSpec is one phone rig: a phone, a camera and a stylus arm on one node.
+type DeviceRigSpec struct {
+	// NodeName is the node the rig is plugged into; loop pods are pinned there.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	NodeName string `json:"nodeName"`
+
+	// Endpoint of the rig's MCP server.
+	Endpoint RigEndpoint `json:"endpoint"`
+
+	// Phone facts.
+	// +optional
+	Phone Phone `json:"phone,omitempty"`
+
+	// Unschedulable puts the rig in maintenance: no new run takes it.
+	// +optional
+	Unschedulable bool `json:"unschedulable,omitempty"`
+
+	// StateVolume holds the rig's state.
+	// +optional
+	StateVolume StateVolume `json:"stateVolume,omitempty"`
+
+	// Skills are skill ConfigMaps every run on this rig gets.
+	// +kubebuilder:validation:MaxItems=16
+	// +optional
+	Skills []SkillSource `json:"skills,omitempty"`
+}
+
+// RigPhase is the rig's state as the operator sees it.
+// +kubebuilder:validation:Enum=Ready;InUse;NotReady;Offline;Maintenance
+type RigPhase string
+
+// The phases of a rig.
+const (
+	RigReady       RigPhase = "Ready"
+	RigInUse       RigPhase = "InUse"
+	RigNotReady    RigPhase = "NotReady"
+	RigOffline     RigPhase = "Offline"
+	RigMaintenance RigPhase = "Maintenance"
+)
+
+// RigHealth is the last health report of the rig (GET /api/status).
+type RigHealth struct {
+	Arm           bool `json:"arm"`
+	Camera        bool `json:"camera"`
+	Bridge        bool `json:"bridge"`
+	Calibrated    bool `json:"calibrated"`
+	OriginPinned  bool `json:"origin_pinned"`
+	Ready         bool `json:"ready"`
+	LayoutLearned bool `json:"layout_learned"`
+}
+
+// DeviceRigStatus is what the operator observed of the rig.
+type DeviceRigStatus struct {
+	// ObservedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Phase of the rig.
+	// +optional
+	Phase RigPhase `json:"phase,omitempty"`
+	// CurrentRun is the AgentRun holding the rig's lease.
+	// +optional
+	CurrentRun string `json:"currentRun,omitempty"`
+	// Health is the last health report.
+	// +optional
+	Health *RigHealth `json:"health,omitempty"`
+	// LastProbeTime is when the health route was last asked.
+	// +optional
+	LastProbeTime *metav1.Time `json:"lastProbeTime,omitempty"`
+	// Conditions: Ready, NodeReady, EndpointReachable, Calibrated.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// DeviceRig is one phone rig: a phone under a camera and a stylus arm, on one node,
+// served as an MCP server.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=rig,categories=clawfarm
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.spec.nodeName`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Run",type=string,JSONPath=`.status.currentRun`
+// +kubebuilder:printcolumn:name="Platform",type=string,JSONPath=`.spec.phone.platform`,priority=1
+// +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.spec.endpoint.url`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="metadata.name must be at most 63 characters: it names the rig's Lease and labels its pods"
+type DeviceRig struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   DeviceRigSpec   `json:"spec,omitempty"`
+	Status DeviceRigStatus `json:"status,omitempty"`
+}
+
+// DeviceRigList is a list of DeviceRigs.
+// +kubebuilder:object:root=true
+type DeviceRigList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []DeviceRig `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&DeviceRig{}, &DeviceRigList{})
+}

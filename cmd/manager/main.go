@@ -1,0 +1,173 @@
+// Command manager is the clawfarm operator: the AgentRun and DeviceRig
+// controllers, metrics, health probes and leader election. `manager followup`
+// is the one-shot command a follow-up CronJob's Job runs.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/controllers/agentrun"
+	"github.com/clawfarm/clawfarm/controllers/devicerig"
+	"github.com/clawfarm/clawfarm/internal/attempt"
+	"github.com/clawfarm/clawfarm/internal/followup"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "followup" {
+		os.Exit(runFollowUp(os.Args[2:]))
+	}
+	os.Exit(runManager(os.Args[1:]))
+}
+
+func newScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	must(clientgoscheme.AddToScheme(s))
+	must(farmv1.AddToScheme(s))
+	return s
+}
+
+func runManager(args []string) int {
+	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
+	var (
+		metricsAddr     = fs.String("metrics-bind-address", ":8080", "address the metrics endpoint binds to; 0 disables it")
+		probeAddr       = fs.String("health-probe-bind-address", ":8081", "address the health probes bind to")
+		leaderElect     = fs.Bool("leader-elect", false, "enable leader election (use it with more than one replica)")
+		leaderNamespace = fs.String("leader-election-namespace", "", "namespace of the leader-election Lease (default: the pod's)")
+		loopImage       = fs.String("loop-image", "ghcr.io/clawfarm/loop:latest", "default image of loop pods")
+		loopSA          = fs.String("loop-service-account", "clawfarm-loop", "default service account of loop pods (needs patch on agentruns/status)")
+		pullPolicy      = fs.String("image-pull-policy", "IfNotPresent", "image pull policy of loop pods and follow-up Jobs")
+		managerImage    = fs.String("manager-image", "ghcr.io/clawfarm/manager:latest", "image that runs `manager followup` in follow-up Jobs")
+		followupSA      = fs.String("followup-service-account", "clawfarm-followup", "service account of follow-up Jobs (needs create on agentruns)")
+		startupTimeout  = fs.Duration("pod-startup-timeout", 5*time.Minute, "a loop pod Pending this long counts as never started (a free retry)")
+		nodeLostGrace   = fs.Duration("node-lost-grace", 5*time.Minute, "a node NotReady this long loses its attempts (a free retry)")
+		probeInterval   = fs.Duration("rig-probe-interval", 15*time.Second, "how often each rig's health route is asked")
+		probeTimeout    = fs.Duration("rig-probe-timeout", 3*time.Second, "how long one rig health probe may take")
+		runWorkers      = fs.Int("agentrun-workers", 8, "concurrent AgentRun reconciles")
+		rigWorkers      = fs.Int("devicerig-workers", 4, "concurrent DeviceRig reconciles (probes run inside them)")
+	)
+	opts := zap.Options{}
+	opts.BindFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
+	log := ctrl.Log.WithName("setup")
+
+	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+		Scheme:                  newScheme(),
+		Metrics:                 metricsserver.Options{BindAddress: *metricsAddr},
+		HealthProbeBindAddress:  *probeAddr,
+		LeaderElection:          *leaderElect,
+		LeaderElectionID:        "clawfarm-manager.farm.clawfarm.dev",
+		LeaderElectionNamespace: *leaderNamespace,
+	})
+	if err != nil {
+		log.Error(err, "cannot create the manager")
+		return 1
+	}
+	if err := setup(mgr, Settings{
+		Loop:           attempt.Defaults{Image: *loopImage, ServiceAccountName: *loopSA, ImagePullPolicy: corev1.PullPolicy(*pullPolicy)},
+		FollowUp:       followup.JobDefaults{Image: *managerImage, ServiceAccountName: *followupSA},
+		StartupTimeout: *startupTimeout, NodeLostGrace: *nodeLostGrace,
+		ProbeInterval: *probeInterval, ProbeTimeout: *probeTimeout,
+		RunWorkers: *runWorkers, RigWorkers: *rigWorkers,
+	}); err != nil {
+		log.Error(err, "cannot set up the controllers")
+		return 1
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		log.Error(err, "cannot add the health check")
+		return 1
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		log.Error(err, "cannot add the ready check")
+		return 1
+	}
+	log.Info("starting the manager", "loopImage", *loopImage, "leaderElection", *leaderElect)
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		log.Error(err, "the manager stopped")
+		return 1
+	}
+	return 0
+}
+
+// Settings are the manager's controller settings.
+type Settings struct {
+	Loop                        attempt.Defaults
+	FollowUp                    followup.JobDefaults
+	StartupTimeout              time.Duration
+	NodeLostGrace               time.Duration
+	ProbeInterval, ProbeTimeout time.Duration
+	RunWorkers, RigWorkers      int
+}
+
+func setup(mgr ctrl.Manager, s Settings) error {
+	if err := (&agentrun.Reconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("agentrun-controller"),
+		Config: agentrun.Config{Loop: s.Loop, FollowUp: s.FollowUp, StartupTimeout: s.StartupTimeout,
+			NodeLostGrace: s.NodeLostGrace, MaxConcurrentReconciles: s.RunWorkers},
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("agentrun controller: %w", err)
+	}
+	if err := (&devicerig.Reconciler{
+		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("devicerig-controller"),
+		Config: devicerig.Config{ProbeInterval: s.ProbeInterval, ProbeTimeout: s.ProbeTimeout, MaxConcurrentReconciles: s.RigWorkers},
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("devicerig controller: %w", err)
+	}
+	return metrics.Registry.Register(agentrun.NewRunPhaseCollector(mgr.GetClient()))
+}
+
+// runFollowUp is `manager followup`: create the AgentRun the Job's request names.
+func runFollowUp(args []string) int {
+	fs := flag.NewFlagSet("manager followup", flag.ContinueOnError)
+	timeout := fs.Duration("timeout", time.Minute, "how long to try")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	req, err := followup.DecodeRequest(os.Getenv(followup.EnvRequest))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "manager followup:", err)
+		return 2
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "manager followup: no cluster config:", err)
+		return 1
+	}
+	c, err := client.New(cfg, client.Options{Scheme: newScheme()})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "manager followup:", err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	name, err := followup.Create(ctx, c, req, os.Getenv(followup.EnvJobName))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "manager followup:", err)
+		return 1
+	}
+	fmt.Printf("follow-up run %s/%s exists\n", req.Run.Namespace, name)
+	return 0
+}
+
+func must(err error) {
+	if err != nil {
+		panic(err)
+	}
+}

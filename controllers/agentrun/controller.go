@@ -1,0 +1,836 @@
+// Package agentrun is the AgentRun controller: it queues a run for a rig, takes
+// the rig's Lease, runs attempt pods on the rig's node, records how each one
+// ended, and acts on the sentinel (done, retry, follow-up).
+package agentrun
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/internal/attempt"
+	"github.com/clawfarm/clawfarm/internal/conditions"
+	"github.com/clawfarm/clawfarm/internal/followup"
+	"github.com/clawfarm/clawfarm/internal/lease"
+)
+
+// Config is the manager's settings for the AgentRun controller.
+type Config struct {
+	// Loop holds the defaults of attempt pods (image, service account, pull policy).
+	Loop attempt.Defaults
+	// FollowUp holds the defaults of follow-up Jobs.
+	FollowUp followup.JobDefaults
+	// StartupTimeout bounds how long an attempt pod may stay Pending (a free retry after).
+	StartupTimeout time.Duration
+	// NodeLostGrace is how long a pod's node may be NotReady before the attempt counts as lost.
+	NodeLostGrace time.Duration
+	// MaxConcurrentReconciles of the controller.
+	MaxConcurrentReconciles int
+}
+
+// Reconciler reconciles AgentRuns.
+type Reconciler struct {
+	client.Client
+	// APIReader reads around the cache where a stale read could break exclusivity.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	Clock     clock.PassiveClock
+	Config    Config
+}
+
+// +kubebuilder:rbac:groups=farm.clawfarm.dev,resources=agentruns,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=farm.clawfarm.dev,resources=agentruns/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=farm.clawfarm.dev,resources=agentruns/finalizers,verbs=update
+// +kubebuilder:rbac:groups=farm.clawfarm.dev,resources=devicerigs,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=batch,resources=cronjobs,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+
+// Reconcile reads as the run's story: observe the world, record what ended,
+// then act on the phase — stop, follow up, finish, or queue and run.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	// 1. Load the run. When it is gone, its pods and Lease are orphans to clean up.
+	var run farmv1.AgentRun
+	if err := r.Get(ctx, req.NamespacedName, &run); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, r.cleanUpOrphans(ctx, req.NamespacedName)
+		}
+		return ctrl.Result{}, err
+	}
+	if run.DeletionTimestamp != nil {
+		return ctrl.Result{}, nil // pods go with the run (owner references); cleanUpOrphans finishes the job
+	}
+	s := &step{r: r, run: &run, ev: recorder{r.Recorder}, now: r.Clock.Now(), before: run.Status.DeepCopy()}
+	if run.Status.Phase == "" {
+		run.Status.Phase = farmv1.RunPending
+	}
+
+	// 2. Observe the world: the run's attempt pods, the Lease it holds, that rig.
+	if err := s.observe(ctx); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	// 3. Record every attempt pod that ended, then let its finalizer go.
+	if err := s.recordEnded(ctx); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	// 4. Act on the phase.
+	var err error
+	switch {
+	case s.stopReason() != nil && !run.Status.Phase.Finished():
+		err = s.stop(ctx)
+	case run.Status.Phase == farmv1.RunWaiting:
+		err = s.followUp(ctx)
+	case run.Status.Phase.Finished():
+		err = s.finish(ctx)
+	default:
+		err = s.advance(ctx)
+	}
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+
+	// 5. Write what changed.
+	if err := s.writeStatus(ctx); err != nil {
+		return ctrl.Result{}, err
+	}
+	return s.result(), nil
+}
+
+// step is one reconcile of one run: what it saw and what it decided.
+type step struct {
+	r      *Reconciler
+	run    *farmv1.AgentRun
+	ev     recorder
+	now    time.Time
+	before *farmv1.AgentRunStatus
+
+	pods    []*corev1.Pod // the run's attempt pods, oldest first
+	live    []*corev1.Pod // pods whose loop may still be running
+	heldRig string        // the rig whose Lease the run holds ("" for none)
+	rig     *farmv1.DeviceRig
+
+	wakeAt time.Time
+}
+
+func (s *step) wake(t time.Time) {
+	if !t.IsZero() && (s.wakeAt.IsZero() || t.Before(s.wakeAt)) {
+		s.wakeAt = t
+	}
+}
+
+func (s *step) result() ctrl.Result {
+	if s.wakeAt.IsZero() {
+		return ctrl.Result{}
+	}
+	d := s.wakeAt.Sub(s.r.Clock.Now())
+	if d < 100*time.Millisecond {
+		d = 100 * time.Millisecond
+	}
+	return ctrl.Result{RequeueAfter: d}
+}
+
+func (s *step) observe(ctx context.Context) error {
+	var list corev1.PodList
+	if err := s.r.List(ctx, &list, client.InNamespace(s.run.Namespace), client.MatchingLabels{farmv1.LabelRun: s.run.Name}); err != nil {
+		return fmt.Errorf("list attempt pods: %w", err)
+	}
+	for i := range list.Items {
+		p := &list.Items[i]
+		if metav1.IsControlledBy(p, s.run) {
+			s.pods = append(s.pods, p)
+		}
+	}
+	sort.Slice(s.pods, func(i, j int) bool { return s.pods[i].CreationTimestamp.Before(&s.pods[j].CreationTimestamp) })
+	held, err := lease.HeldBy(ctx, s.r.Client, lease.HolderOf(s.run))
+	if err != nil {
+		return err
+	}
+	if len(held) > 0 {
+		s.heldRig = held[0]
+		var rig farmv1.DeviceRig
+		err := s.r.Get(ctx, types.NamespacedName{Namespace: s.run.Namespace, Name: s.heldRig}, &rig)
+		switch {
+		case err == nil:
+			s.rig = &rig
+		case !apierrors.IsNotFound(err):
+			return fmt.Errorf("get rig %s: %w", s.heldRig, err)
+		}
+	}
+	return nil
+}
+
+// recordEnded records the outcome of every attempt pod that ended. The status
+// is written before any finalizer is removed, so a restarted manager finds
+// either an unrecorded pod (and records it) or a recorded one (and only lets it go).
+func (s *step) recordEnded(ctx context.Context) error {
+	type ending struct {
+		pod   *corev1.Pod
+		evict bool
+	}
+	var done []ending
+	recorded := false
+	for _, pod := range s.pods {
+		if !controllerutil.ContainsFinalizer(pod, farmv1.FinalizerOutcome) {
+			if !terminal(pod) {
+				s.live = append(s.live, pod)
+			}
+			continue
+		}
+		o, ended := attempt.Classify(pod, attempt.World{
+			Now: s.now, NodeLost: s.nodeLost(ctx, pod), Cancelling: s.stopReason() != nil,
+			StartupTimeout: s.r.Config.StartupTimeout,
+		})
+		if attempt.Recorded(&s.run.Status, pod.Name) {
+			done = append(done, ending{pod, o.Evict})
+			continue
+		}
+		if !ended {
+			s.live = append(s.live, pod)
+			if pod.Status.Phase == corev1.PodPending {
+				s.wake(pod.CreationTimestamp.Add(s.r.Config.StartupTimeout + time.Second))
+			}
+			continue
+		}
+		n, retry := podAttempt(pod)
+		rec := attempt.Record(pod, n, retry, o, s.now)
+		if o.Mismatch {
+			s.ev.mismatch(s.run, pod, o.Explanation)
+		}
+		if o.Message != nil && len(o.Message.Jobs) > 0 {
+			s.materialiseJobs(ctx, pod.Labels[farmv1.LabelRig], o)
+		}
+		v := attempt.Apply(s.run, rec, o)
+		s.enter(v, o)
+		attemptsEnded.WithLabelValues(rec.Outcome).Inc()
+		s.ev.attemptEnded(s.run, pod, rec)
+		done = append(done, ending{pod, o.Evict})
+		recorded = true
+	}
+	if recorded {
+		if err := s.writeStatus(ctx); err != nil {
+			return err
+		}
+	}
+	for _, e := range done {
+		if err := s.release(ctx, e.pod, e.evict); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// release lets a recorded pod go: the finalizer is removed; a pod that will
+// not end by itself (lost node, never started) is deleted outright.
+func (s *step) release(ctx context.Context, pod *corev1.Pod, evict bool) error {
+	patch := client.MergeFrom(pod.DeepCopy())
+	controllerutil.RemoveFinalizer(pod, farmv1.FinalizerOutcome)
+	if err := s.r.Patch(ctx, pod, patch); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("remove finalizer of pod %s: %w", pod.Name, err)
+	}
+	if evict || (!terminal(pod) && pod.DeletionTimestamp == nil) {
+		if err := s.r.Delete(ctx, pod, client.GracePeriodSeconds(0)); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete pod %s: %w", pod.Name, err)
+		}
+	}
+	return nil
+}
+
+// enter moves the run to the verdict's phase. A final phase never changes.
+func (s *step) enter(v attempt.Verdict, o attempt.Outcome) {
+	st := &s.run.Status
+	if st.Phase.Finished() {
+		return
+	}
+	gen := s.run.Generation
+	switch v.Phase {
+	case farmv1.RunSucceeded, farmv1.RunFailed, farmv1.RunCancelled:
+		s.finishWith(v.Phase, v.Reason, v.Message)
+	case farmv1.RunWaiting:
+		st.Phase = farmv1.RunWaiting
+		conditions.True(&st.Conditions, gen, farmv1.ConditionSucceeded, farmv1.ReasonWaiting, v.Message)
+		s.planFollowUp(o)
+		runsFinished.WithLabelValues(string(farmv1.RunWaiting), st.Sentinel).Inc()
+		s.ev.phase(s.run, farmv1.RunWaiting, farmv1.ReasonWaiting, v.Message)
+	case farmv1.RunRetrying:
+		st.Phase = farmv1.RunRetrying
+		conditions.Unknown(&st.Conditions, gen, farmv1.ConditionSucceeded, farmv1.ReasonRetrying, v.Message)
+		s.ev.phase(s.run, farmv1.RunRetrying, farmv1.ReasonRetrying, v.Message)
+	}
+}
+
+func (s *step) finishWith(phase farmv1.RunPhase, reason, message string) {
+	st := &s.run.Status
+	st.Phase = phase
+	status := metav1.ConditionFalse
+	if phase == farmv1.RunSucceeded {
+		status = metav1.ConditionTrue
+	}
+	conditions.Set(&st.Conditions, s.run.Generation, farmv1.ConditionSucceeded, status, reason, message)
+	if st.CompletionTime == nil {
+		t := metav1.NewTime(s.now)
+		st.CompletionTime = &t
+	}
+	runsFinished.WithLabelValues(string(phase), st.Sentinel).Inc()
+	s.ev.phase(s.run, phase, reason, message)
+}
+
+// stopCause says why a run is being stopped from outside the agent.
+type stopCause struct {
+	phase           farmv1.RunPhase
+	reason, message string
+}
+
+func (s *step) stopReason() *stopCause {
+	run := s.run
+	if run.Spec.Cancel {
+		return &stopCause{farmv1.RunCancelled, farmv1.ReasonCancelled, "the run was cancelled (spec.cancel)"}
+	}
+	if t := run.Spec.Limits.RunTimeoutSeconds; t > 0 {
+		deadline := run.CreationTimestamp.Add(time.Duration(t) * time.Second)
+		if !s.now.Before(deadline) {
+			return &stopCause{farmv1.RunFailed, farmv1.ReasonDeadlineExceeded,
+				fmt.Sprintf("the run exceeded limits.runTimeoutSeconds (%ds)", t)}
+		}
+		s.wake(deadline)
+	}
+	return nil
+}
+
+// stop ends the run from outside: live pods are deleted gracefully (the loop
+// gets SIGTERM and its grace period), and once none is left the rig is released.
+func (s *step) stop(ctx context.Context) error {
+	cause := s.stopReason()
+	for _, pod := range s.live {
+		if pod.DeletionTimestamp != nil {
+			continue
+		}
+		s.ev.stopping(s.run, pod.Name, cause.message)
+		if err := s.r.Delete(ctx, pod); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("stop pod %s: %w", pod.Name, err)
+		}
+	}
+	if len(s.live) > 0 {
+		return nil // the pods' updates bring us back
+	}
+	if err := s.releaseRig(ctx); err != nil {
+		return err
+	}
+	s.finishWith(cause.phase, cause.reason, cause.message)
+	return nil
+}
+
+// finish keeps a finished run tidy: the rig is released once no pod of the run
+// is alive, and the run is deleted after its TTL.
+func (s *step) finish(ctx context.Context) error {
+	if len(s.live) > 0 {
+		for _, pod := range s.live { // a pod of a finished run must not go on
+			if pod.DeletionTimestamp == nil {
+				if err := s.r.Delete(ctx, pod); err != nil && !apierrors.IsNotFound(err) {
+					return fmt.Errorf("stop pod %s: %w", pod.Name, err)
+				}
+			}
+		}
+		return nil
+	}
+	if err := s.releaseRig(ctx); err != nil {
+		return err
+	}
+	ttl := s.run.Spec.TTLSecondsAfterFinished
+	if ttl == nil || s.run.Status.CompletionTime == nil {
+		return nil
+	}
+	at := s.run.Status.CompletionTime.Add(time.Duration(*ttl) * time.Second)
+	if s.now.Before(at) {
+		s.wake(at)
+		return nil
+	}
+	log.FromContext(ctx).Info("deleting finished run after its TTL", "ttlSecondsAfterFinished", *ttl)
+	if err := s.r.Delete(ctx, s.run, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete run after TTL: %w", err)
+	}
+	return nil
+}
+
+// releaseRig gives the rig back, only after no pod of the run is alive —
+// checked against the API server, not the cache.
+func (s *step) releaseRig(ctx context.Context) error {
+	if s.heldRig == "" {
+		return nil
+	}
+	var pods corev1.PodList
+	if err := s.r.APIReader.List(ctx, &pods, client.InNamespace(s.run.Namespace), client.MatchingLabels{farmv1.LabelRun: s.run.Name}); err != nil {
+		return fmt.Errorf("list attempt pods before releasing rig %s: %w", s.heldRig, err)
+	}
+	for i := range pods.Items {
+		if !terminal(&pods.Items[i]) {
+			s.wake(s.now.Add(2 * time.Second))
+			return nil
+		}
+	}
+	if err := lease.Release(ctx, s.r.Client, s.heldRig, lease.HolderOf(s.run)); err != nil {
+		return err
+	}
+	conditions.False(&s.run.Status.Conditions, s.run.Generation, farmv1.ConditionRigLeased, farmv1.ReasonReleased,
+		fmt.Sprintf("rig %s released", s.heldRig))
+	s.ev.rigReleased(s.run, s.heldRig)
+	s.heldRig = ""
+	return nil
+}
+
+// advance moves a run that is not finished: it takes a rig if it has none,
+// and keeps an attempt pod running on it.
+func (s *step) advance(ctx context.Context) error {
+	st := &s.run.Status
+	gen := s.run.Generation
+	if s.heldRig != "" && s.rig == nil {
+		return s.rigLost(ctx)
+	}
+	if s.heldRig == "" {
+		if len(s.live) > 0 {
+			return nil // a pod from a lost rig is still stopping
+		}
+		ok, err := s.acquire(ctx)
+		if err != nil || !ok {
+			return err
+		}
+	}
+	if len(s.live) > 0 {
+		st.Phase = farmv1.RunRunning
+		conditions.Unknown(&st.Conditions, gen, farmv1.ConditionSucceeded, farmv1.ReasonRunning,
+			fmt.Sprintf("attempt %d is running on rig %s", st.Attempt, s.heldRig))
+		return nil
+	}
+	return s.startAttempt(ctx)
+}
+
+// rigLost handles a held rig whose DeviceRig was deleted: the attempt is
+// stopped (a free retry), the Lease released, and the run queues again.
+func (s *step) rigLost(ctx context.Context) error {
+	for _, pod := range s.live {
+		if pod.DeletionTimestamp == nil {
+			s.ev.stopping(s.run, pod.Name, "rig "+s.heldRig+" was deleted")
+			if err := s.r.Delete(ctx, pod); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("stop pod %s: %w", pod.Name, err)
+			}
+		}
+	}
+	if len(s.live) > 0 {
+		return nil
+	}
+	lost := s.heldRig
+	if err := s.releaseRig(ctx); err != nil {
+		return err
+	}
+	if s.heldRig == "" {
+		s.run.Status.Phase = farmv1.RunQueued
+		conditions.False(&s.run.Status.Conditions, s.run.Generation, farmv1.ConditionRigLeased, farmv1.ReasonRigLost,
+			fmt.Sprintf("rig %s was deleted while the run held it", lost))
+	}
+	return nil
+}
+
+// acquire queues the run for a rig, FIFO per rig, and takes the first free
+// one it heads the queue of. It reports whether the run now holds a rig.
+func (s *step) acquire(ctx context.Context) (bool, error) {
+	st := &s.run.Status
+	gen := s.run.Generation
+	if st.QueuedAt == nil {
+		t := metav1.NewTime(s.now)
+		st.QueuedAt = &t
+	}
+	if t := s.run.Spec.Limits.QueueTimeoutSeconds; t > 0 {
+		deadline := st.QueuedAt.Add(time.Duration(t) * time.Second)
+		if !s.now.Before(deadline) {
+			s.finishWith(farmv1.RunFailed, farmv1.ReasonQueueTimeout,
+				fmt.Sprintf("no rig became free within limits.queueTimeoutSeconds (%ds)", t))
+			return false, nil
+		}
+		s.wake(deadline)
+	}
+	rigs, why, reason, err := s.candidates(ctx)
+	if err != nil {
+		return false, err
+	}
+	for _, rig := range rigs {
+		head, err := s.r.queueHead(ctx, rig)
+		if err != nil {
+			return false, err
+		}
+		if head != s.run.Name {
+			why, reason = fmt.Sprintf("rig %s is free but run %s is ahead in its queue", rig.Name, head), farmv1.ReasonRigBusy
+			continue
+		}
+		res, err := lease.Acquire(ctx, s.r.Client, rig.Name, lease.HolderOf(s.run))
+		if err != nil {
+			return false, err
+		}
+		if !res.Acquired {
+			why, reason = fmt.Sprintf("rig %s is in use by run %s", rig.Name, res.HeldBy), farmv1.ReasonRigBusy
+			continue
+		}
+		s.heldRig, s.rig = rig.Name, rig
+		st.Rig = rig.Name
+		conditions.True(&st.Conditions, gen, farmv1.ConditionRigLeased, farmv1.ReasonLeased,
+			fmt.Sprintf("holding rig %s on node %s", rig.Name, rig.Spec.NodeName))
+		if st.StartTime == nil {
+			queueWait.Observe(s.now.Sub(s.run.CreationTimestamp.Time).Seconds())
+		}
+		s.ev.rigLeased(s.run, rig)
+		return true, nil
+	}
+	if st.Phase != farmv1.RunQueued {
+		s.ev.queued(s.run, why)
+	}
+	st.Phase = farmv1.RunQueued
+	conditions.False(&st.Conditions, gen, farmv1.ConditionRigLeased, reason, why)
+	conditions.Unknown(&st.Conditions, gen, farmv1.ConditionSucceeded, farmv1.ReasonQueued, "waiting for a rig: "+why)
+	s.wake(s.now.Add(time.Minute)) // a safety net; Lease and rig events wake the queue first
+	return false, nil
+}
+
+// candidates lists the rigs the run may take now: Ready, schedulable, free,
+// in name order. When there are none it says why.
+func (s *step) candidates(ctx context.Context) ([]*farmv1.DeviceRig, string, string, error) {
+	var all []farmv1.DeviceRig
+	if ref := s.run.Spec.RigRef; ref != nil {
+		var rig farmv1.DeviceRig
+		if err := s.r.Get(ctx, types.NamespacedName{Namespace: s.run.Namespace, Name: ref.Name}, &rig); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil, fmt.Sprintf("rig %s does not exist", ref.Name), farmv1.ReasonRigNotFound, nil
+			}
+			return nil, "", "", fmt.Errorf("get rig %s: %w", ref.Name, err)
+		}
+		all = []farmv1.DeviceRig{rig}
+	} else {
+		var list farmv1.DeviceRigList
+		if err := s.r.List(ctx, &list, client.InNamespace(s.run.Namespace)); err != nil {
+			return nil, "", "", fmt.Errorf("list rigs: %w", err)
+		}
+		all = list.Items
+	}
+	var out []*farmv1.DeviceRig
+	matching := 0
+	var notReady string
+	for i := range all {
+		rig := &all[i]
+		if !rigMatches(s.run, rig) {
+			continue
+		}
+		matching++
+		switch {
+		case rig.Spec.Unschedulable:
+			notReady = fmt.Sprintf("rig %s is in maintenance", rig.Name)
+		case rig.Status.Phase != farmv1.RigReady && rig.Status.Phase != farmv1.RigInUse:
+			// InUse is not a refusal: the Lease decides, and the rig's status may lag it.
+			notReady = fmt.Sprintf("rig %s is %s", rig.Name, orUnknown(string(rig.Status.Phase)))
+		default:
+			out = append(out, rig)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	switch {
+	case len(out) > 0:
+		return out, "", "", nil
+	case matching == 0:
+		return nil, "no rig matches rigSelector", farmv1.ReasonNoMatchingRig, nil
+	}
+	return nil, notReady, farmv1.ReasonRigNotReady, nil
+}
+
+// startAttempt creates the next attempt pod on the held rig.
+func (s *step) startAttempt(ctx context.Context) error {
+	st := &s.run.Status
+	gen := s.run.Generation
+	next := attempt.Next(st)
+	pod := attempt.BuildPod(attempt.Spec{
+		Run: s.run, Rig: s.rig, Attempt: next.Attempt, Retry: next.Retry, Resume: next.Resume, Defaults: s.r.Config.Loop,
+	})
+	err := s.r.Create(ctx, pod)
+	switch {
+	case err == nil:
+		s.ev.attemptStarted(s.run, pod, next.Attempt, next.Retry)
+		if st.StartTime == nil {
+			timeToPod.Observe(s.now.Sub(s.run.CreationTimestamp.Time).Seconds())
+			t := metav1.NewTime(s.now)
+			st.StartTime = &t
+		}
+	case apierrors.IsAlreadyExists(err):
+		// created by an earlier reconcile the cache has not shown yet
+	case apierrors.IsInvalid(err):
+		s.ev.podCreateFailed(s.run, err)
+		s.finishWith(farmv1.RunFailed, farmv1.ReasonInvalidConfig, fmt.Sprintf("the attempt pod was refused: %v", err))
+		return s.releaseRig(ctx)
+	default:
+		s.ev.podCreateFailed(s.run, err)
+		return fmt.Errorf("create attempt pod %s: %w", pod.Name, err)
+	}
+	st.Attempt = next.Attempt
+	st.Phase = farmv1.RunRunning
+	conditions.Unknown(&st.Conditions, gen, farmv1.ConditionSucceeded, farmv1.ReasonRunning,
+		fmt.Sprintf("attempt %d is running on rig %s", next.Attempt, s.heldRig))
+	return nil
+}
+
+func (s *step) writeStatus(ctx context.Context) error {
+	s.run.Status.ObservedGeneration = s.run.Generation
+	if equality.Semantic.DeepEqual(s.before, &s.run.Status) {
+		return nil
+	}
+	if err := s.r.Status().Update(ctx, s.run); err != nil {
+		return fmt.Errorf("update status: %w", err)
+	}
+	s.before = s.run.Status.DeepCopy()
+	return nil
+}
+
+// nodeLost reports whether the pod's node is gone or NotReady past the grace period.
+func (s *step) nodeLost(ctx context.Context, pod *corev1.Pod) bool {
+	if pod.Spec.NodeName == "" || terminal(pod) {
+		return false
+	}
+	var node corev1.Node
+	if err := s.r.Get(ctx, types.NamespacedName{Name: pod.Spec.NodeName}, &node); err != nil {
+		return apierrors.IsNotFound(err)
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
+			until := c.LastTransitionTime.Add(s.r.Config.NodeLostGrace)
+			if s.now.After(until) {
+				return true
+			}
+			s.wake(until)
+		}
+	}
+	return false
+}
+
+// cleanUpOrphans finishes what a deleted run leaves behind: finalizers on its
+// pods, and its rig's Lease once no pod of it is alive.
+func (r *Reconciler) cleanUpOrphans(ctx context.Context, name types.NamespacedName) error {
+	var pods corev1.PodList
+	if err := r.APIReader.List(ctx, &pods, client.InNamespace(name.Namespace), client.MatchingLabels{farmv1.LabelRun: name.Name}); err != nil {
+		return fmt.Errorf("list pods of deleted run %s: %w", name, err)
+	}
+	alive := false
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if !terminal(pod) && pod.DeletionTimestamp == nil {
+			if err := r.Delete(ctx, pod); err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
+		}
+		if !terminal(pod) {
+			alive = true
+		}
+		if controllerutil.ContainsFinalizer(pod, farmv1.FinalizerOutcome) && (terminal(pod) || pod.Spec.NodeName == "") {
+			patch := client.MergeFrom(pod.DeepCopy())
+			controllerutil.RemoveFinalizer(pod, farmv1.FinalizerOutcome)
+			if err := r.Patch(ctx, pod, patch); err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
+		}
+	}
+	if alive {
+		return nil // the pods' updates bring us back
+	}
+	var leases coordinationv1.LeaseList
+	if err := r.List(ctx, &leases, client.InNamespace(name.Namespace), client.MatchingLabels{farmv1.LabelRun: name.Name}); err != nil {
+		return err
+	}
+	for i := range leases.Items {
+		l := &leases.Items[i]
+		_, uid := lease.HolderRun(l)
+		var run farmv1.AgentRun
+		err := r.Get(ctx, name, &run)
+		if err == nil && run.UID == uid {
+			continue // a run of the same name holds it: not an orphan
+		}
+		if err := lease.ReleaseStale(ctx, r.Client, l); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// queueHead is the oldest unfinished run without a rig that could use rig: the
+// only one allowed to take it (FIFO by creation time, then name).
+func (r *Reconciler) queueHead(ctx context.Context, rig *farmv1.DeviceRig) (string, error) {
+	waiting, err := r.waitingFor(ctx, rig)
+	if err != nil || len(waiting) == 0 {
+		return "", err
+	}
+	return waiting[0].Name, nil
+}
+
+// waitingFor lists the runs queued for rig, oldest first.
+func (r *Reconciler) waitingFor(ctx context.Context, rig *farmv1.DeviceRig) ([]*farmv1.AgentRun, error) {
+	var runs farmv1.AgentRunList
+	if err := r.List(ctx, &runs, client.InNamespace(rig.Namespace), client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("list runs queued for rig %s: %w", rig.Name, err)
+	}
+	var out []*farmv1.AgentRun
+	for i := range runs.Items {
+		run := &runs.Items[i]
+		if run.DeletionTimestamp != nil || run.Spec.Cancel || !needsRig(run) || !rigMatches(run, rig) {
+			continue
+		}
+		out = append(out, run)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i].CreationTimestamp, out[j].CreationTimestamp
+		if !a.Equal(&b) {
+			return a.Before(&b)
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out, nil
+}
+
+// needsRig reports whether a run is waiting for a rig (it holds none and is not finished).
+func needsRig(run *farmv1.AgentRun) bool {
+	switch run.Status.Phase {
+	case "", farmv1.RunPending, farmv1.RunQueued:
+		return true
+	}
+	return false
+}
+
+func rigMatches(run *farmv1.AgentRun, rig *farmv1.DeviceRig) bool {
+	if ref := run.Spec.RigRef; ref != nil {
+		return ref.Name == rig.Name
+	}
+	if sel := run.Spec.RigSelector; sel != nil {
+		return labels.SelectorFromSet(sel.MatchLabels).Matches(labels.Set(rig.Labels))
+	}
+	return false
+}
+
+func terminal(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
+
+func podAttempt(pod *corev1.Pod) (int32, int32) {
+	n, _ := strconv.Atoi(pod.Labels[farmv1.LabelAttempt])
+	retry, _ := strconv.Atoi(pod.Annotations[farmv1.AnnotationRetry])
+	return int32(n), int32(retry)
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "not yet probed"
+	}
+	return s
+}
+
+func isTrue(conds []metav1.Condition, typ string) bool { return conditions.IsTrue(conds, typ) }
+
+// SetupWithManager registers the controller and its watches: its pods and
+// CronJobs, and the Leases and rigs that wake queued runs.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	wakeQueue := handler.EnqueueRequestsFromMapFunc(r.queuedRunsForRigOf)
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&farmv1.AgentRun{}).
+		Owns(&corev1.Pod{}).
+		Owns(&batchv1.CronJob{}).
+		Watches(&coordinationv1.Lease{}, wakeQueue, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			_, ok := o.GetLabels()[farmv1.LabelRunUID]
+			return ok
+		}))).
+		Watches(&farmv1.DeviceRig{}, wakeQueue).
+		Watches(&farmv1.AgentRun{}, handler.EnqueueRequestsFromMapFunc(parentOf)).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.runsOnNode)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.Config.MaxConcurrentReconciles)}).
+		Named("agentrun").
+		Complete(r)
+}
+
+// queuedRunsForRigOf maps a Lease or a rig to the runs that may take the rig
+// now: the head of its queue (and the next few, in case the head takes another rig),
+// plus the run holding it.
+func (r *Reconciler) queuedRunsForRigOf(ctx context.Context, o client.Object) []reconcile.Request {
+	var rig farmv1.DeviceRig
+	var reqs []reconcile.Request
+	switch obj := o.(type) {
+	case *farmv1.DeviceRig:
+		rig = *obj
+		if obj.Status.CurrentRun != "" {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: obj.Namespace, Name: obj.Status.CurrentRun}})
+		}
+	case *coordinationv1.Lease:
+		if name, _ := lease.HolderRun(obj); name != "" {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: obj.Namespace, Name: name}})
+		}
+		if err := r.Get(ctx, types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name}, &rig); err != nil {
+			return reqs
+		}
+	default:
+		return nil
+	}
+	waiting, err := r.waitingFor(ctx, &rig)
+	if err != nil {
+		return reqs
+	}
+	const wakeHeads = 3
+	for i, run := range waiting {
+		if i == wakeHeads {
+			break
+		}
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: run.Namespace, Name: run.Name}})
+	}
+	return reqs
+}
+
+// parentOf maps a follow-up run to its parent, which is waiting for it to exist.
+func parentOf(_ context.Context, o client.Object) []reconcile.Request {
+	if p := o.GetLabels()[farmv1.LabelParent]; p != "" {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: p}}}
+	}
+	return nil
+}
+
+// runsOnNode maps a Node to the runs with attempt pods on it.
+func (r *Reconciler) runsOnNode(ctx context.Context, o client.Object) []reconcile.Request {
+	var pods corev1.PodList
+	if err := r.List(ctx, &pods, client.MatchingLabels{farmv1.LabelKind: "attempt"}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil
+	}
+	var reqs []reconcile.Request
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.Spec.NodeName == o.GetName() && !terminal(p) {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: p.Labels[farmv1.LabelRun]}})
+		}
+	}
+	return reqs
+}

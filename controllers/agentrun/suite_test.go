@@ -1,0 +1,382 @@
+package agentrun_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/controllers/agentrun"
+	"github.com/clawfarm/clawfarm/controllers/devicerig"
+	"github.com/clawfarm/clawfarm/internal/attempt"
+	"github.com/clawfarm/clawfarm/internal/contract"
+	"github.com/clawfarm/clawfarm/internal/fakekubelet"
+	"github.com/clawfarm/clawfarm/internal/followup"
+)
+
+var (
+	restCfg *rest.Config
+	k8s     client.Client
+	scheme  = runtime.NewScheme()
+	health  = &healthBook{down: map[string]bool{}}
+	clk     = &offsetClock{}
+	scripts = &scriptBook{m: map[string]func(*corev1.Pod) fakekubelet.Ending{}}
+	kubelet *fakekubelet.Kubelet
+	stopMgr context.CancelFunc
+	mgrDone chan struct{}
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run `make test`, which builds the control plane from source and points envtest at it")
+		os.Exit(1)
+	}
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = farmv1.AddToScheme(scheme)
+	env := &envtest.Environment{CRDDirectoryPaths: []string{"../../config/crd/bases"}, ErrorIfCRDPathMissing: true}
+	var err error
+	if restCfg, err = env.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, "start envtest:", err)
+		os.Exit(1)
+	}
+	if k8s, err = client.New(restCfg, client.Options{Scheme: scheme}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	srv := httptest.NewServer(health)
+	health.url = srv.URL
+	ctx, cancel := context.WithCancel(context.Background())
+	kubelet = &fakekubelet.Kubelet{Client: k8s, Script: scripts.run}
+	go kubelet.Run(ctx)
+	stopMgr, mgrDone = startManager()
+	code := m.Run()
+	stopMgr()
+	<-mgrDone
+	cancel()
+	srv.Close()
+	_ = env.Stop()
+	os.Exit(code)
+}
+
+// startManager runs a manager with both controllers, the way cmd/manager wires them.
+func startManager() (context.CancelFunc, chan struct{}) {
+	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
+		Scheme:     scheme,
+		Metrics:    metricsserver.Options{BindAddress: "0"},
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		panic(err)
+	}
+	if err := (&agentrun.Reconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("agentrun-controller"), Clock: clk,
+		Config: agentrun.Config{
+			Loop:           attempt.Defaults{Image: "loop:test", ServiceAccountName: "clawfarm-loop"},
+			FollowUp:       followup.JobDefaults{Image: "manager:test", ServiceAccountName: "clawfarm-followup"},
+			StartupTimeout: 3 * time.Second, NodeLostGrace: time.Second, MaxConcurrentReconciles: 4,
+		},
+	}).SetupWithManager(mgr); err != nil {
+		panic(err)
+	}
+	if err := (&devicerig.Reconciler{
+		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("devicerig-controller"), Clock: clk,
+		Config: devicerig.Config{ProbeInterval: 200 * time.Millisecond, ProbeTimeout: time.Second, MaxConcurrentReconciles: 4},
+	}).SetupWithManager(mgr); err != nil {
+		panic(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := mgr.Start(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "manager:", err)
+		}
+	}()
+	return cancel, done
+}
+
+// offsetClock is real time plus an offset a test can advance.
+type offsetClock struct {
+	mu     sync.Mutex
+	offset time.Duration
+}
+
+func (c *offsetClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.offset)
+}
+func (c *offsetClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
+func (c *offsetClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.offset += d
+}
+
+// healthBook serves /rigs/<name>/api/status; a rig marked down answers all false.
+type healthBook struct {
+	mu   sync.Mutex
+	down map[string]bool
+	url  string
+}
+
+func (h *healthBook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	name := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/rigs/"), "/api/status")
+	h.mu.Lock()
+	ok := !h.down[name]
+	h.mu.Unlock()
+	_ = json.NewEncoder(w).Encode(map[string]bool{"arm": ok, "camera": ok, "bridge": ok, "calibrated": ok,
+		"origin_pinned": ok, "ready": ok, "layout_learned": ok})
+}
+
+func (h *healthBook) set(rig string, up bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.down[rig] = !up
+}
+
+// scriptBook says how the fake kubelet ends each run's pods (default: DONE after 100 ms).
+type scriptBook struct {
+	mu sync.Mutex
+	m  map[string]func(*corev1.Pod) fakekubelet.Ending
+}
+
+func (s *scriptBook) set(ns, run string, f func(*corev1.Pod) fakekubelet.Ending) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.m[ns+"/"+run] = f
+}
+
+func (s *scriptBook) run(pod *corev1.Pod) fakekubelet.Ending {
+	s.mu.Lock()
+	f := s.m[pod.Namespace+"/"+pod.Labels[farmv1.LabelRun]]
+	s.mu.Unlock()
+	if f == nil {
+		return ends(contract.Done, true, "did it", 100*time.Millisecond)
+	}
+	return f(pod)
+}
+
+// ends is a pod ending with a termination message for sentinel.
+func ends(s contract.Sentinel, retryable bool, recap string, after time.Duration) fakekubelet.Ending {
+	m := contract.TerminationMessage{Sentinel: s, Retryable: retryable, Recap: recap, ExitReason: contract.ReasonEndTurn, Turns: 7,
+		Usage: contract.Usage{PromptTokens: 1000, CompletionTokens: 100, CachedTokens: 10}}
+	b, _ := m.Encode()
+	return fakekubelet.Ending{After: after, ExitCode: int32(m.ExitCode()), Message: string(b)}
+}
+
+// byAttempt scripts a run's pods by attempt pod name.
+func byPod(endings map[string]fakekubelet.Ending, otherwise fakekubelet.Ending) func(*corev1.Pod) fakekubelet.Ending {
+	return func(p *corev1.Pod) fakekubelet.Ending {
+		if e, ok := endings[p.Name]; ok {
+			return e
+		}
+		return otherwise
+	}
+}
+
+var nsSeq struct {
+	sync.Mutex
+	n int
+}
+
+// namespace makes a fresh namespace for one test.
+func namespace(t *testing.T) string {
+	t.Helper()
+	nsSeq.Lock()
+	nsSeq.n++
+	name := fmt.Sprintf("t%d-%s", nsSeq.n, strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")))
+	nsSeq.Unlock()
+	if len(name) > 50 {
+		name = strings.TrimRight(name[:50], "-")
+	}
+	if err := k8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// makeRig creates a Ready node and a rig on it, and waits for the rig to be Ready.
+func makeRig(t *testing.T, ns, name string, labels map[string]string) *farmv1.DeviceRig {
+	t.Helper()
+	ctx := context.Background()
+	node := makeNode(t, ns+"-"+name)
+	rig := &farmv1.DeviceRig{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
+		Spec: farmv1.DeviceRigSpec{NodeName: node, Endpoint: farmv1.RigEndpoint{
+			URL:       health.url + "/rigs/" + ns + "-" + name + "/mcp",
+			HealthURL: health.url + "/rigs/" + ns + "-" + name + "/api/status",
+		}, Phone: farmv1.Phone{Platform: "ios", Model: "iPhone 15"}},
+	}
+	if err := k8s.Create(ctx, rig); err != nil {
+		t.Fatal(err)
+	}
+	waitRig(t, ns, name, func(r *farmv1.DeviceRig) bool { return r.Status.Phase == farmv1.RigReady })
+	return rig
+}
+
+func makeNode(t *testing.T, name string) string {
+	t.Helper()
+	ctx := context.Background()
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := k8s.Create(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	setNodeReady(t, name, true)
+	return name
+}
+
+func setNodeReady(t *testing.T, name string, ready bool) {
+	t.Helper()
+	var n corev1.Node
+	if err := k8s.Get(context.Background(), types.NamespacedName{Name: name}, &n); err != nil {
+		t.Fatal(err)
+	}
+	st := corev1.ConditionTrue
+	if !ready {
+		st = corev1.ConditionFalse
+	}
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: st, Reason: "Test",
+		Message: "set by the test", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+	if err := k8s.Status().Update(context.Background(), &n); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func newRun(ns, name, rig string) *farmv1.AgentRun {
+	return &farmv1.AgentRun{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: farmv1.AgentRunSpec{
+			RigRef:  &farmv1.RigReference{Name: rig},
+			Trigger: "Set a 5 minute timer in Clock.",
+			Model:   farmv1.ModelSpec{Provider: "openai-compatible", Name: "sim/timer", BaseURL: "http://127.0.0.1:1/v1"},
+		},
+	}
+}
+
+func create(t *testing.T, obj client.Object) {
+	t.Helper()
+	if err := k8s.Create(context.Background(), obj); err != nil {
+		t.Fatalf("create %T %s: %v", obj, obj.GetName(), err)
+	}
+}
+
+func getRun(t *testing.T, ns, name string) *farmv1.AgentRun {
+	t.Helper()
+	var run farmv1.AgentRun
+	if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &run); err != nil {
+		t.Fatal(err)
+	}
+	return &run
+}
+
+func waitRun(t *testing.T, ns, name string, ok func(*farmv1.AgentRun) bool) *farmv1.AgentRun {
+	t.Helper()
+	var run farmv1.AgentRun
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &run); err == nil && ok(&run) {
+			return &run
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	b, _ := json.MarshalIndent(run.Status, "", "  ")
+	t.Fatalf("run %s/%s did not reach the expected state; status:\n%s", ns, name, b)
+	return nil
+}
+
+func waitPhase(t *testing.T, ns, name string, phase farmv1.RunPhase) *farmv1.AgentRun {
+	t.Helper()
+	return waitRun(t, ns, name, func(r *farmv1.AgentRun) bool { return r.Status.Phase == phase })
+}
+
+func waitRig(t *testing.T, ns, name string, ok func(*farmv1.DeviceRig) bool) *farmv1.DeviceRig {
+	t.Helper()
+	var rig farmv1.DeviceRig
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &rig); err == nil && ok(&rig) {
+			return &rig
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	b, _ := json.MarshalIndent(rig.Status, "", "  ")
+	t.Fatalf("rig %s/%s did not reach the expected state; status:\n%s", ns, name, b)
+	return nil
+}
+
+// eventually polls cond for up to 30 s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+func leaseHolder(t *testing.T, ns, rig string) string {
+	t.Helper()
+	var ls []string
+	var list coordinationv1.LeaseList
+	if err := k8s.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range list.Items {
+		if l.Name == rig {
+			ls = append(ls, l.Labels[farmv1.LabelRun])
+		}
+	}
+	return strings.Join(ls, ",")
+}
+
+func condition(run *farmv1.AgentRun, typ string) *metav1.Condition {
+	for i := range run.Status.Conditions {
+		if run.Status.Conditions[i].Type == typ {
+			return &run.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+func podsOf(t *testing.T, ns, run string) []corev1.Pod {
+	t.Helper()
+	var pods corev1.PodList
+	if err := k8s.List(context.Background(), &pods, client.InNamespace(ns), client.MatchingLabels{farmv1.LabelRun: run}); err != nil {
+		t.Fatal(err)
+	}
+	return pods.Items
+}
+
+func envOf(pod *corev1.Pod, name string) string {
+	for _, e := range pod.Spec.Containers[0].Env {
+		if e.Name == name {
+			return e.Value
+		}
+	}
+	return ""
+}

@@ -1,0 +1,337 @@
+// Package devicerig is the DeviceRig controller: it keeps each rig's status
+// true to the world — its node, its health route, its Lease, maintenance.
+package devicerig
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/internal/conditions"
+	"github.com/clawfarm/clawfarm/internal/lease"
+)
+
+// Config is the manager's settings for the DeviceRig controller.
+type Config struct {
+	// ProbeInterval is how often a rig's health route is asked.
+	ProbeInterval time.Duration
+	// ProbeTimeout bounds one probe.
+	ProbeTimeout time.Duration
+	// MaxConcurrentReconciles of the controller (probes run inside reconciles).
+	MaxConcurrentReconciles int
+}
+
+// Reconciler reconciles DeviceRigs.
+type Reconciler struct {
+	client.Client
+	Recorder events.EventRecorder
+	Clock    clock.PassiveClock
+	HTTP     *http.Client
+	Config   Config
+}
+
+// +kubebuilder:rbac:groups=farm.clawfarm.dev,resources=devicerigs,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=farm.clawfarm.dev,resources=devicerigs/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=farm.clawfarm.dev,resources=agentruns,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;delete
+
+// Reconcile rebuilds the rig's status from the world: node, health, Lease.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	// 1. Load the rig.
+	var rig farmv1.DeviceRig
+	if err := r.Get(ctx, req.NamespacedName, &rig); err != nil {
+		if apierrors.IsNotFound(err) {
+			rigsByPhase.forget(req.String())
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	before := rig.Status.DeepCopy()
+	st := &rig.Status
+	gen := rig.Generation
+	now := r.Clock.Now()
+
+	// 2. The node it is plugged into.
+	nodeReady, nodeReason, nodeMsg := r.nodeState(ctx, rig.Spec.NodeName)
+	conditions.Set(&st.Conditions, gen, farmv1.ConditionNodeReady, status(nodeReady), nodeReason, nodeMsg)
+
+	// 3. Its health route, at most every probe interval.
+	if due(st.LastProbeTime, now, r.Config.ProbeInterval) {
+		health, err := r.probe(ctx, &rig)
+		t := metav1.NewTime(now)
+		st.LastProbeTime = &t
+		if err != nil {
+			probeFailures.Inc()
+			st.Health = nil
+			conditions.False(&st.Conditions, gen, farmv1.ConditionEndpointReachable, farmv1.ReasonProbeFailed, err.Error())
+			conditions.Unknown(&st.Conditions, gen, farmv1.ConditionCalibrated, farmv1.ReasonUnknown, "the health route did not answer")
+		} else {
+			st.Health = health
+			conditions.True(&st.Conditions, gen, farmv1.ConditionEndpointReachable, farmv1.ReasonProbeSucceeded, "GET "+healthURL(&rig)+" answered")
+			if health.Calibrated && health.OriginPinned {
+				conditions.True(&st.Conditions, gen, farmv1.ConditionCalibrated, farmv1.ReasonCalibrated, "calibrated, origin pinned")
+			} else {
+				conditions.False(&st.Conditions, gen, farmv1.ConditionCalibrated, farmv1.ReasonNotCalibrated,
+					fmt.Sprintf("calibrated=%v origin_pinned=%v: calibrate the rig", health.Calibrated, health.OriginPinned))
+			}
+		}
+	}
+
+	// 4. The Lease: who holds the rig. A Lease whose run is gone is released.
+	st.CurrentRun = ""
+	l, err := lease.Get(ctx, r.Client, rig.Namespace, rig.Name)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if l != nil && lease.IsRigLease(l) {
+		name, uid := lease.HolderRun(l)
+		stale, err := r.staleLease(ctx, rig.Namespace, name, uid)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if stale {
+			if err := lease.ReleaseStale(ctx, r.Client, l); err != nil {
+				return ctrl.Result{}, err
+			}
+			r.Recorder.Eventf(&rig, nil, corev1.EventTypeWarning, "StaleLeaseReleased", "Release",
+				"released the lease of run %s, which no longer exists", name)
+		} else {
+			st.CurrentRun = name
+		}
+	}
+
+	// 5. Ready and phase, derived from the conditions.
+	st.Phase, st.ObservedGeneration = r.phase(&rig), gen
+	if st.Phase == farmv1.RigReady || st.Phase == farmv1.RigInUse {
+		conditions.True(&st.Conditions, gen, farmv1.ConditionReady, farmv1.ReasonRigReady, "node ready, endpoint reachable, rig healthy")
+	} else {
+		conditions.False(&st.Conditions, gen, farmv1.ConditionReady, readyReason(&rig), readyMessage(&rig))
+	}
+	rigsByPhase.set(&rig)
+
+	// 6. Write what changed; an Event when the phase moved.
+	if !equality.Semantic.DeepEqual(before, st) {
+		if err := r.Status().Update(ctx, &rig); err != nil {
+			return ctrl.Result{}, fmt.Errorf("update rig status: %w", err)
+		}
+		if before.Phase != st.Phase {
+			kind := corev1.EventTypeNormal
+			if st.Phase == farmv1.RigNotReady || st.Phase == farmv1.RigOffline {
+				kind = corev1.EventTypeWarning
+			}
+			r.Recorder.Eventf(&rig, nil, kind, "Phase"+string(st.Phase), "Observe", "rig is %s: %s", st.Phase, readyMessage(&rig))
+		}
+	}
+	next := r.Config.ProbeInterval
+	if st.LastProbeTime != nil {
+		next = st.LastProbeTime.Add(r.Config.ProbeInterval).Sub(r.Clock.Now())
+	}
+	return ctrl.Result{RequeueAfter: max(next, 100*time.Millisecond)}, nil
+}
+
+func (r *Reconciler) nodeState(ctx context.Context, name string) (bool, string, string) {
+	var node corev1.Node
+	if err := r.Get(ctx, types.NamespacedName{Name: name}, &node); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, farmv1.ReasonNodeNotFound, fmt.Sprintf("node %s does not exist", name)
+		}
+		return false, farmv1.ReasonUnknown, err.Error()
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			if c.Status == corev1.ConditionTrue {
+				return true, farmv1.ReasonNodeReady, fmt.Sprintf("node %s is Ready", name)
+			}
+			return false, farmv1.ReasonNodeNotReady, fmt.Sprintf("node %s is not Ready: %s", name, c.Message)
+		}
+	}
+	return false, farmv1.ReasonNodeNotReady, fmt.Sprintf("node %s reports no Ready condition", name)
+}
+
+// probe asks the rig's health route (the PhysiClaw /api/status JSON).
+func (r *Reconciler) probe(ctx context.Context, rig *farmv1.DeviceRig) (*farmv1.RigHealth, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.Config.ProbeTimeout)
+	defer cancel()
+	u := healthURL(rig)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, fmt.Errorf("health URL %q: %w", u, err)
+	}
+	resp, err := r.HTTP.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("probe rig %s: %w", rig.Name, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil {
+		return nil, fmt.Errorf("probe rig %s: read body: %w", rig.Name, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("probe rig %s: GET %s answered %s", rig.Name, u, resp.Status)
+	}
+	var h farmv1.RigHealth
+	if err := json.Unmarshal(body, &h); err != nil {
+		return nil, fmt.Errorf("probe rig %s: GET %s did not answer the PhysiClaw status JSON: %w", rig.Name, u, err)
+	}
+	return &h, nil
+}
+
+// healthURL is the rig's health route: spec.endpoint.healthURL, else /api/status on the MCP URL's host.
+func healthURL(rig *farmv1.DeviceRig) string {
+	if rig.Spec.Endpoint.HealthURL != "" {
+		return rig.Spec.Endpoint.HealthURL
+	}
+	u, err := url.Parse(rig.Spec.Endpoint.URL)
+	if err != nil {
+		return rig.Spec.Endpoint.URL
+	}
+	return (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: "/api/status"}).String()
+}
+
+// staleLease reports whether the run holding a Lease is gone, asking the API
+// server so a just-created run is never mistaken for a missing one.
+func (r *Reconciler) staleLease(ctx context.Context, namespace, run string, uid types.UID) (bool, error) {
+	var ar farmv1.AgentRun
+	err := r.Get(ctx, types.NamespacedName{Namespace: namespace, Name: run}, &ar)
+	if err == nil && ar.UID == uid {
+		return false, nil
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		return false, err
+	}
+	// The cache may lag a brand-new run: only call it stale once the API agrees,
+	// and only when no pod of that run is still alive.
+	var pods corev1.PodList
+	if err := r.List(ctx, &pods, client.InNamespace(namespace), client.MatchingLabels{farmv1.LabelRun: run}); err != nil {
+		return false, err
+	}
+	for i := range pods.Items {
+		if p := pods.Items[i].Status.Phase; p != corev1.PodSucceeded && p != corev1.PodFailed {
+			return false, nil
+		}
+	}
+	return err != nil, nil
+}
+
+func (r *Reconciler) phase(rig *farmv1.DeviceRig) farmv1.RigPhase {
+	st := &rig.Status
+	switch {
+	case rig.Spec.Unschedulable:
+		return farmv1.RigMaintenance
+	case !conditions.IsTrue(st.Conditions, farmv1.ConditionNodeReady):
+		return farmv1.RigOffline
+	case !conditions.IsTrue(st.Conditions, farmv1.ConditionEndpointReachable),
+		!conditions.IsTrue(st.Conditions, farmv1.ConditionCalibrated),
+		st.Health == nil || !healthy(st.Health):
+		return farmv1.RigNotReady
+	case st.CurrentRun != "":
+		return farmv1.RigInUse
+	}
+	return farmv1.RigReady
+}
+
+// healthy: a rig is usable only when every health boolean is true (RIG-CONTRACT.md).
+func healthy(h *farmv1.RigHealth) bool {
+	return h.Arm && h.Camera && h.Bridge && h.Calibrated && h.OriginPinned && h.Ready
+}
+
+func readyReason(rig *farmv1.DeviceRig) string {
+	st := &rig.Status
+	switch {
+	case rig.Spec.Unschedulable:
+		return farmv1.ReasonMaintenance
+	case !conditions.IsTrue(st.Conditions, farmv1.ConditionNodeReady):
+		return conditions.Get(st.Conditions, farmv1.ConditionNodeReady).Reason
+	case !conditions.IsTrue(st.Conditions, farmv1.ConditionEndpointReachable):
+		return farmv1.ReasonProbeFailed
+	case !conditions.IsTrue(st.Conditions, farmv1.ConditionCalibrated):
+		return farmv1.ReasonNotCalibrated
+	}
+	return farmv1.ReasonHealthNotReady
+}
+
+func readyMessage(rig *farmv1.DeviceRig) string {
+	st := &rig.Status
+	if rig.Spec.Unschedulable {
+		return "spec.unschedulable is true (maintenance)"
+	}
+	for _, t := range []string{farmv1.ConditionNodeReady, farmv1.ConditionEndpointReachable, farmv1.ConditionCalibrated} {
+		if c := conditions.Get(st.Conditions, t); c != nil && c.Status != metav1.ConditionTrue {
+			return c.Message
+		}
+	}
+	if h := st.Health; h != nil && !healthy(h) {
+		return fmt.Sprintf("health: arm=%v camera=%v bridge=%v calibrated=%v origin_pinned=%v ready=%v",
+			h.Arm, h.Camera, h.Bridge, h.Calibrated, h.OriginPinned, h.Ready)
+	}
+	if st.CurrentRun != "" {
+		return "in use by run " + st.CurrentRun
+	}
+	return "ready"
+}
+
+func status(ok bool) metav1.ConditionStatus {
+	if ok {
+		return metav1.ConditionTrue
+	}
+	return metav1.ConditionFalse
+}
+
+func due(last *metav1.Time, now time.Time, every time.Duration) bool {
+	return last == nil || !now.Before(last.Add(every))
+}
+
+// SetupWithManager registers the controller: rigs, and the nodes and Leases they depend on.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	if r.HTTP == nil {
+		r.HTTP = &http.Client{Timeout: r.Config.ProbeTimeout}
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&farmv1.DeviceRig{}).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.rigsOnNode)).
+		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			if _, ok := o.GetLabels()[farmv1.LabelRig]; !ok {
+				return nil
+			}
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}}}
+		})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.Config.MaxConcurrentReconciles)}).
+		Named("devicerig").
+		Complete(r)
+}
+
+func (r *Reconciler) rigsOnNode(ctx context.Context, o client.Object) []reconcile.Request {
+	var rigs farmv1.DeviceRigList
+	if err := r.List(ctx, &rigs, client.UnsafeDisableDeepCopy); err != nil {
+		return nil
+	}
+	var reqs []reconcile.Request
+	for i := range rigs.Items {
+		if rigs.Items[i].Spec.NodeName == o.GetName() {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&rigs.Items[i])})
+		}
+	}
+	return reqs
+}

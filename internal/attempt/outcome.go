@@ -1,0 +1,247 @@
+package attempt
+
+import (
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/internal/contract"
+)
+
+// Outcome is how an attempt pod ended, as the controller acts on it.
+type Outcome struct {
+	// Class is one of the farmv1.Outcome* values.
+	Class string
+	// Counted is true when the attempt uses one of maxAttempts.
+	Counted bool
+	// Sentinel the loop reported, or the harness set.
+	Sentinel string
+	// ExitCode of the loop container, when it ran.
+	ExitCode *int32
+	// Message is the parsed termination message, when there was a valid one.
+	Message *contract.TerminationMessage
+	// Explanation says in a sentence what happened.
+	Explanation string
+	// Mismatch is set when the termination message and the exit code disagreed.
+	Mismatch bool
+	// Evict is set when the pod will not end by itself (lost node, stuck
+	// pending) and must be deleted outright.
+	Evict bool
+}
+
+// World is what the classifier needs to know beyond the pod.
+type World struct {
+	Now time.Time
+	// NodeLost is true when the pod's node is gone or has not been Ready for too long.
+	NodeLost bool
+	// Cancelling is true when the run asked for the stop (spec.cancel or a deadline).
+	Cancelling bool
+	// StartupTimeout bounds how long a pod may stay Pending before it counts as never started.
+	StartupTimeout time.Duration
+}
+
+// waitingReasons are container waiting reasons that mean the pod cannot start.
+var waitingReasons = map[string]bool{
+	"ErrImagePull": true, "ImagePullBackOff": true, "InvalidImageName": true,
+	"CreateContainerConfigError": true, "CreateContainerError": true, "RunContainerError": true,
+}
+
+// infraPodReasons are pod-level reasons that mean infrastructure, not the agent, ended the pod.
+var infraPodReasons = map[string]bool{
+	"Evicted": true, "NodeLost": true, "Shutdown": true, "Terminated": true,
+	"NodeShutdown": true, "Preempting": true, "UnexpectedAdmissionError": true,
+	"NodeAffinity": true, "OutOfcpu": true, "OutOfmemory": true, "OutOfpods": true,
+}
+
+// Classify decides whether an attempt pod has ended and how. It returns false
+// while the pod is still running or terminating on a live node.
+func Classify(pod *corev1.Pod, w World) (Outcome, bool) {
+	terminal := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+	if !terminal {
+		switch {
+		case w.NodeLost && pod.Spec.NodeName != "":
+			return infra(fmt.Sprintf("node %s was lost while the attempt ran", pod.Spec.NodeName), true), true
+		case pod.DeletionTimestamp != nil:
+			if pod.Status.Phase == corev1.PodPending && pod.Spec.NodeName == "" {
+				return infra("the pod was deleted before it was scheduled", true), true
+			}
+			return Outcome{}, false // terminating: wait for the container to stop
+		case pod.Status.Phase == corev1.PodPending || pod.Status.Phase == "":
+			if reason := waitingReason(pod); reason != "" && w.Now.Sub(pod.CreationTimestamp.Time) > w.StartupTimeout {
+				return infra(fmt.Sprintf("the loop container never started (%s)", reason), true), true
+			}
+			if w.StartupTimeout > 0 && w.Now.Sub(pod.CreationTimestamp.Time) > w.StartupTimeout && !anyStarted(pod) {
+				return infra(fmt.Sprintf("the pod did not start within %s", w.StartupTimeout), true), true
+			}
+		}
+		return Outcome{}, false
+	}
+
+	if w.Cancelling {
+		o := fromContainer(pod)
+		o.Class, o.Counted = farmv1.OutcomeCancelled, false
+		o.Explanation = "the attempt was stopped: " + o.Explanation
+		return o, true
+	}
+	if c := disruption(pod); c != "" {
+		return infra("the pod was disrupted: "+c, false), true
+	}
+	if infraPodReasons[pod.Status.Reason] {
+		return infra(fmt.Sprintf("the pod ended with reason %s: %s", pod.Status.Reason, pod.Status.Message), false), true
+	}
+	if pod.Status.Reason == "DeadlineExceeded" {
+		o := fromContainer(pod)
+		o.Class, o.Counted, o.Sentinel = farmv1.OutcomeBudget, true, string(contract.Stuck)
+		o.Explanation = "the attempt ran past its deadline (activeDeadlineSeconds)"
+		return o, true
+	}
+	if pod.DeletionTimestamp != nil {
+		return infra("the pod was deleted while the attempt ran", false), true
+	}
+	if terminatedState(pod) == nil {
+		return infra("the pod ended before the loop container ran", false), true
+	}
+	return fromContainer(pod), true
+}
+
+// fromContainer classifies by the loop container's exit code and termination message.
+func fromContainer(pod *corev1.Pod) Outcome {
+	t := terminatedState(pod)
+	if t == nil {
+		return Outcome{Class: farmv1.OutcomeStuck, Counted: true, Sentinel: string(contract.Stuck),
+			Explanation: "the loop container has no terminated state"}
+	}
+	code := t.ExitCode
+	byCode := contract.ClassOfExitCode(int(code))
+	o := Outcome{ExitCode: &code}
+	if t.Message != "" {
+		msg, err := contract.DecodeTerminationMessage([]byte(t.Message))
+		switch {
+		case err != nil:
+			o.Explanation = fmt.Sprintf("exit code %d; %v", code, err)
+		case msg.Class() != byCode:
+			o.Mismatch = true
+			o.Explanation = fmt.Sprintf("exit code %d (%s) disagrees with the termination message (%s %s); the exit code wins",
+				code, byCode, msg.Sentinel, msg.Class())
+		default:
+			o.Message = msg
+			o.Sentinel = string(msg.Sentinel)
+		}
+	}
+	o.Class, o.Counted = classOutcome(byCode)
+	if o.Sentinel == "" {
+		o.Sentinel = string(sentinelOf(byCode))
+	}
+	if o.Explanation == "" {
+		o.Explanation = explain(code, t.Reason, byCode)
+	}
+	return o
+}
+
+func classOutcome(c contract.Class) (string, bool) {
+	switch c {
+	case contract.ClassDone:
+		return farmv1.OutcomeDone, true
+	case contract.ClassFail:
+		return farmv1.OutcomeFail, true
+	case contract.ClassWait:
+		return farmv1.OutcomeWait, true
+	case contract.ClassIdle:
+		return farmv1.OutcomeIdle, true
+	case contract.ClassBudget:
+		return farmv1.OutcomeBudget, true
+	case contract.ClassInvalidConfig:
+		return farmv1.OutcomeInvalidConfig, true
+	}
+	return farmv1.OutcomeStuck, true
+}
+
+func sentinelOf(c contract.Class) contract.Sentinel {
+	switch c {
+	case contract.ClassDone:
+		return contract.Done
+	case contract.ClassFail, contract.ClassInvalidConfig:
+		return contract.Fail
+	case contract.ClassWait:
+		return contract.Wait
+	case contract.ClassIdle:
+		return contract.Idle
+	}
+	return contract.Stuck
+}
+
+func explain(code int32, reason string, c contract.Class) string {
+	switch {
+	case reason == "OOMKilled":
+		return fmt.Sprintf("the loop was killed for running out of memory (exit %d); counted as STUCK", code)
+	case code > 128 && code < 160:
+		return fmt.Sprintf("the loop died from signal %d (exit %d); counted as STUCK", code-128, code)
+	case c == contract.ClassStuck && code != contract.ExitStuck:
+		return fmt.Sprintf("the loop crashed with exit code %d; counted as STUCK", code)
+	case c == contract.ClassInvalidConfig:
+		return "the loop refused its configuration (exit 2); see the pod's log for the setting it named"
+	}
+	return fmt.Sprintf("the loop exited with code %d (%s)", code, c)
+}
+
+func infra(why string, evict bool) Outcome {
+	return Outcome{Class: farmv1.OutcomeInfrastructure, Explanation: why, Evict: evict}
+}
+
+func terminatedState(pod *corev1.Pod) *corev1.ContainerStateTerminated {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == ContainerName && cs.State.Terminated != nil {
+			return cs.State.Terminated
+		}
+	}
+	return nil
+}
+
+func waitingReason(pod *corev1.Pod) string {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.State.Waiting != nil && waitingReasons[cs.State.Waiting.Reason] {
+			return cs.State.Waiting.Reason
+		}
+	}
+	return ""
+}
+
+func anyStarted(pod *corev1.Pod) bool {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.State.Running != nil || cs.State.Terminated != nil {
+			return true
+		}
+	}
+	return false
+}
+
+func disruption(pod *corev1.Pod) string {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
+			return fmt.Sprintf("%s: %s", c.Reason, c.Message)
+		}
+	}
+	return ""
+}
+
+// Record turns an outcome into the attempt's status record.
+func Record(pod *corev1.Pod, attemptN, retry int32, o Outcome, now time.Time) farmv1.AttemptRecord {
+	r := farmv1.AttemptRecord{
+		Attempt: attemptN, Retry: retry, Pod: pod.Name, Node: pod.Spec.NodeName,
+		StartTime: pod.Status.StartTime, Sentinel: o.Sentinel, ExitCode: o.ExitCode,
+		Outcome: o.Class, Counted: o.Counted, Message: o.Explanation,
+	}
+	if r.StartTime == nil && !pod.CreationTimestamp.IsZero() {
+		r.StartTime = pod.CreationTimestamp.DeepCopy()
+	}
+	fin := metav1.NewTime(now)
+	r.FinishTime = &fin
+	if m := o.Message; m != nil {
+		r.ExitReason = string(m.ExitReason)
+		r.Usage = &farmv1.TokenUsage{PromptTokens: m.Usage.PromptTokens, CompletionTokens: m.Usage.CompletionTokens, CachedTokens: m.Usage.CachedTokens}
+	}
+	return r
+}

@@ -1,0 +1,202 @@
+// Package attempt builds attempt pods and classifies how they ended.
+package attempt
+
+import (
+	"fmt"
+	"path"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/internal/contract"
+)
+
+const (
+	// ContainerName is the loop container's name.
+	ContainerName = "loop"
+	// DeadlineGraceSeconds is added to the session budget for activeDeadlineSeconds,
+	// so the loop ends itself (exit 13) before the kubelet kills it.
+	DeadlineGraceSeconds = 60
+	// TerminationGraceSeconds is how long a cancelled loop gets to stop cleanly.
+	TerminationGraceSeconds = 30
+	// DefaultRigStateRoot is where rig state lives on a node when the rig names no volume.
+	DefaultRigStateRoot = "/var/lib/clawfarm/rigs"
+	stateVolumeName     = "rig-state"
+)
+
+// PodName is the deterministic name of an attempt pod: <run>-a<N>, and
+// <run>-a<N>-r<M> for the M-th infrastructure retry of attempt N.
+func PodName(run string, attempt, retry int32) string {
+	if retry == 0 {
+		return fmt.Sprintf("%s-a%d", run, attempt)
+	}
+	return fmt.Sprintf("%s-a%d-r%d", run, attempt, retry)
+}
+
+// Defaults the manager fills in where a run says nothing.
+type Defaults struct {
+	Image              string
+	ServiceAccountName string
+	ImagePullPolicy    corev1.PullPolicy
+}
+
+// Spec is everything an attempt pod is built from.
+type Spec struct {
+	Run     *farmv1.AgentRun
+	Rig     *farmv1.DeviceRig
+	Attempt int32
+	Retry   int32
+	// Resume asks the loop to continue from the attempt's snapshot (after an infrastructure cut).
+	Resume   bool
+	Defaults Defaults
+}
+
+// Settings is the loop configuration of an attempt, as the pod contract defines it.
+func (s Spec) Settings() contract.Settings {
+	run := s.Run
+	var skills []string
+	for _, sk := range s.skillSources() {
+		skills = append(skills, path.Join(contract.SkillsMountRoot, sk.ConfigMapName))
+	}
+	return contract.Settings{
+		Run:            run.Namespace + "/" + run.Name,
+		Attempt:        int(s.Attempt),
+		RigEndpoint:    s.Rig.Spec.Endpoint.URL,
+		Trigger:        run.Spec.Trigger,
+		ModelProvider:  string(run.Spec.Model.Provider),
+		Model:          run.Spec.Model.Name,
+		ModelBaseURL:   run.Spec.Model.BaseURL,
+		ContextWindow:  int(run.Spec.Model.ContextWindow),
+		MaxTurns:       int(run.Spec.Limits.MaxTurns),
+		SessionSeconds: int(run.Spec.Limits.AttemptTimeoutSeconds),
+		StateDir:       contract.StateMountPath,
+		SkillsDirs:     skills,
+		DenyTools:      run.Spec.DenyTools,
+		Resume:         s.Resume,
+		TerminationLog: corev1.TerminationMessagePathDefault,
+	}
+}
+
+// skillSources merges the rig's skills and the run's, without duplicates.
+func (s Spec) skillSources() []farmv1.SkillSource {
+	seen := map[string]bool{}
+	var out []farmv1.SkillSource
+	for _, list := range [][]farmv1.SkillSource{s.Rig.Spec.Skills, s.Run.Spec.Skills} {
+		for _, sk := range list {
+			if !seen[sk.ConfigMapName] {
+				seen[sk.ConfigMapName] = true
+				out = append(out, sk)
+			}
+		}
+	}
+	return out
+}
+
+// BuildPod renders the attempt pod: owned by the run, pinned to the rig's node,
+// tolerating the rig taint, with the tracking finalizer, a deadline, the rig's
+// state volume, skills, and the loop's settings in its environment.
+func BuildPod(s Spec) *corev1.Pod {
+	run, rig := s.Run, s.Rig
+	image, sa := s.Defaults.Image, s.Defaults.ServiceAccountName
+	var resources corev1.ResourceRequirements
+	var tolerations []corev1.Toleration
+	if o := run.Spec.Pod; o != nil {
+		if o.Image != "" {
+			image = o.Image
+		}
+		if o.ServiceAccountName != "" {
+			sa = o.ServiceAccountName
+		}
+		if o.Resources != nil {
+			resources = *o.Resources
+		}
+		tolerations = append(tolerations, o.Tolerations...)
+	}
+	tolerations = append(tolerations, corev1.Toleration{Key: farmv1.TaintRig, Operator: corev1.TolerationOpExists})
+
+	var env []corev1.EnvVar
+	for _, e := range s.Settings().Environ() {
+		env = append(env, corev1.EnvVar{Name: e.Name, Value: e.Value})
+	}
+	if ref := run.Spec.Model.APIKeySecretRef; ref != nil {
+		env = append(env, corev1.EnvVar{
+			Name:      contract.SettingModelAPIKey.Env,
+			ValueFrom: &corev1.EnvVarSource{SecretKeyRef: ref.DeepCopy()},
+		})
+	}
+
+	volumes := []corev1.Volume{stateVolume(rig)}
+	mounts := []corev1.VolumeMount{{Name: stateVolumeName, MountPath: contract.StateMountPath}}
+	for i, sk := range s.skillSources() {
+		name := "skills-" + strconv.Itoa(i)
+		volumes = append(volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
+			ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: sk.ConfigMapName}},
+		}})
+		mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: path.Join(contract.SkillsMountRoot, sk.ConfigMapName), ReadOnly: true})
+	}
+
+	deadline := int64(run.Spec.Limits.AttemptTimeoutSeconds) + DeadlineGraceSeconds
+	name := PodName(run.Name, s.Attempt, s.Retry)
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: run.Namespace,
+			Name:      name,
+			Labels: map[string]string{
+				farmv1.LabelRun:     run.Name,
+				farmv1.LabelRig:     rig.Name,
+				farmv1.LabelAttempt: strconv.Itoa(int(s.Attempt)),
+				farmv1.LabelKind:    "attempt",
+			},
+			Annotations: map[string]string{farmv1.AnnotationRetry: strconv.Itoa(int(s.Retry))},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: farmv1.GroupVersion.String(), Kind: "AgentRun", Name: run.Name, UID: run.UID,
+				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+			}},
+			Finalizers: []string{farmv1.FinalizerOutcome},
+		},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			ActiveDeadlineSeconds:         &deadline,
+			TerminationGracePeriodSeconds: ptr.To[int64](TerminationGraceSeconds),
+			ServiceAccountName:            sa,
+			Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+				RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+					NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+						MatchFields: []corev1.NodeSelectorRequirement{{
+							Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{rig.Spec.NodeName},
+						}},
+					}},
+				},
+			}},
+			Tolerations: tolerations,
+			Volumes:     volumes,
+			Containers: []corev1.Container{{
+				Name:                     ContainerName,
+				Image:                    image,
+				ImagePullPolicy:          s.Defaults.ImagePullPolicy,
+				Env:                      env,
+				Resources:                resources,
+				VolumeMounts:             mounts,
+				TerminationMessagePath:   corev1.TerminationMessagePathDefault,
+				TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+			}},
+		},
+	}
+}
+
+func stateVolume(rig *farmv1.DeviceRig) corev1.Volume {
+	v := corev1.Volume{Name: stateVolumeName}
+	sv := rig.Spec.StateVolume
+	switch {
+	case sv.PersistentVolumeClaim != "":
+		v.PersistentVolumeClaim = &corev1.PersistentVolumeClaimVolumeSource{ClaimName: sv.PersistentVolumeClaim}
+	case sv.HostPath != "":
+		v.HostPath = &corev1.HostPathVolumeSource{Path: sv.HostPath, Type: ptr.To(corev1.HostPathDirectoryOrCreate)}
+	default:
+		v.HostPath = &corev1.HostPathVolumeSource{Path: path.Join(DefaultRigStateRoot, rig.Name), Type: ptr.To(corev1.HostPathDirectoryOrCreate)}
+	}
+	return v
+}

@@ -1,0 +1,242 @@
+// Package fakekubelet drives attempt pods on envtest the way a kubelet would:
+// it binds each pod to the node its affinity names, marks it Running, and
+// ends it with the exit code and termination message a script decides. It
+// also honours graceful deletion (SIGTERM → exit 143). It records, per rig,
+// when each pod was live, so tests can prove no two sessions ever shared a phone.
+package fakekubelet
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+)
+
+// Ending is how a script ends a pod.
+type Ending struct {
+	// After is how long the pod runs before it ends.
+	After time.Duration
+	// ExitCode of the loop container.
+	ExitCode int32
+	// Message is the termination message.
+	Message string
+	// Reason is the container's terminated reason (e.g. OOMKilled).
+	Reason string
+	// PodReason and Disruption, when set, end the pod the way infrastructure does.
+	PodReason  string
+	Disruption bool
+	// Hang keeps the pod running until it is deleted.
+	Hang bool
+}
+
+// Script decides how a pod ends; it sees the pod as created.
+type Script func(pod *corev1.Pod) Ending
+
+// Kubelet is the fake kubelet.
+type Kubelet struct {
+	Client client.Client
+	Script Script
+	// Poll is how often the kubelet lists pods (default 50 ms).
+	Poll time.Duration
+
+	mu         sync.Mutex
+	started    map[string]time.Time // pod key → when marked Running
+	ended      map[string]bool
+	liveByRig  map[string]string // rig → live pod key
+	violations []string
+	count      int
+}
+
+// Run drives pods until ctx ends.
+func (k *Kubelet) Run(ctx context.Context) {
+	if k.Poll == 0 {
+		k.Poll = 50 * time.Millisecond
+	}
+	k.mu.Lock()
+	k.started, k.ended, k.liveByRig = map[string]time.Time{}, map[string]bool{}, map[string]string{}
+	k.mu.Unlock()
+	t := time.NewTicker(k.Poll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			k.tick(ctx)
+		}
+	}
+}
+
+// Violations lists every moment two pods of one rig were live together.
+func (k *Kubelet) Violations() []string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return append([]string(nil), k.violations...)
+}
+
+// Started is how many pods the kubelet started.
+func (k *Kubelet) Started() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.count
+}
+
+func (k *Kubelet) tick(ctx context.Context) {
+	var pods corev1.PodList
+	if err := k.Client.List(ctx, &pods, client.MatchingLabels{farmv1.LabelKind: "attempt"}); err != nil {
+		return
+	}
+	seen := map[string]bool{}
+	for i := range pods.Items {
+		seen[pods.Items[i].Namespace+"/"+pods.Items[i].Name] = true
+		k.drive(ctx, &pods.Items[i])
+	}
+	// A pod deleted outright (never terminated by us) is no longer live either.
+	k.mu.Lock()
+	var gone [][2]string
+	for key := range k.started {
+		if !seen[key] && !k.ended[key] {
+			for rig, live := range k.liveByRig {
+				if live == key {
+					gone = append(gone, [2]string{key, rig})
+				}
+			}
+			k.ended[key] = true
+		}
+	}
+	for _, g := range gone {
+		delete(k.liveByRig, g[1])
+	}
+	k.mu.Unlock()
+}
+
+func (k *Kubelet) drive(ctx context.Context, pod *corev1.Pod) {
+	key := pod.Namespace + "/" + pod.Name
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		k.markEnded(key, pod.Namespace+"/"+pod.Labels[farmv1.LabelRig])
+		if pod.DeletionTimestamp != nil {
+			_ = k.Client.Delete(ctx, pod, client.GracePeriodSeconds(0))
+		}
+		return
+	}
+	k.mu.Lock()
+	startedAt, running := k.started[key]
+	k.mu.Unlock()
+	if !running {
+		if pod.DeletionTimestamp != nil {
+			return
+		}
+		if err := k.start(ctx, pod); err == nil {
+			rig := pod.Namespace + "/" + pod.Labels[farmv1.LabelRig]
+			k.mu.Lock()
+			if other, busy := k.liveByRig[rig]; busy && other != key {
+				k.violations = append(k.violations, fmt.Sprintf("rig %s: %s started while %s was live", rig, key, other))
+			}
+			k.liveByRig[rig] = key
+			k.started[key] = time.Now()
+			k.count++
+			k.mu.Unlock()
+		}
+		return
+	}
+	e := k.Script(pod)
+	switch {
+	case pod.DeletionTimestamp != nil:
+		k.end(ctx, pod, Ending{ExitCode: 143, Reason: "Error", Message: ""})
+	case !e.Hang && time.Since(startedAt) >= e.After:
+		k.end(ctx, pod, e)
+	}
+}
+
+// start binds the pod to the node of its affinity and marks it Running.
+func (k *Kubelet) start(ctx context.Context, pod *corev1.Pod) error {
+	if pod.Spec.NodeName == "" {
+		node := affinityNode(pod)
+		b := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name},
+			Target: corev1.ObjectReference{Kind: "Node", Name: node}}
+		if err := k.Client.SubResource("binding").Create(ctx, pod, b); err != nil && !apierrors.IsConflict(err) {
+			return err
+		}
+		if err := k.Client.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
+			return err
+		}
+	}
+	now := metav1.Now()
+	pod.Status.Phase = corev1.PodRunning
+	pod.Status.StartTime = &now
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{
+		Name: "loop", Ready: true, Image: pod.Spec.Containers[0].Image,
+		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
+	}}
+	return k.Client.Status().Update(ctx, pod)
+}
+
+func (k *Kubelet) end(ctx context.Context, pod *corev1.Pod, e Ending) {
+	now := metav1.Now()
+	pod.Status.Phase = corev1.PodFailed
+	if e.ExitCode == 0 && e.PodReason == "" && !e.Disruption {
+		pod.Status.Phase = corev1.PodSucceeded
+	}
+	pod.Status.Reason = e.PodReason
+	if e.Disruption {
+		pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{
+			Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "EvictionByEvictionAPI",
+			Message: "evicted by the test", LastTransitionTime: now,
+		})
+	}
+	reason := e.Reason
+	if reason == "" {
+		reason = "Completed"
+		if e.ExitCode != 0 {
+			reason = "Error"
+		}
+	}
+	start := now
+	if pod.Status.StartTime != nil {
+		start = *pod.Status.StartTime
+	}
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{
+		Name: "loop", Image: pod.Spec.Containers[0].Image,
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+			ExitCode: e.ExitCode, Reason: reason, Message: e.Message, StartedAt: start, FinishedAt: now,
+		}},
+	}}
+	if err := k.Client.Status().Update(ctx, pod); err != nil {
+		return
+	}
+	k.markEnded(pod.Namespace+"/"+pod.Name, pod.Namespace+"/"+pod.Labels[farmv1.LabelRig])
+}
+
+func (k *Kubelet) markEnded(key, rig string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.ended[key] {
+		return
+	}
+	k.ended[key] = true
+	if k.liveByRig[rig] == key {
+		delete(k.liveByRig, rig)
+	}
+}
+
+func affinityNode(pod *corev1.Pod) string {
+	a := pod.Spec.Affinity
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return ""
+	}
+	for _, t := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+		for _, f := range t.MatchFields {
+			if f.Key == "metadata.name" && len(f.Values) > 0 {
+				return f.Values[0]
+			}
+		}
+	}
+	return ""
+}
