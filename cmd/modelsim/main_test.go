@@ -20,7 +20,9 @@ func TestServesAndStopsOnSIGTERM(t *testing.T) {
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
 	done := make(chan error, 1)
-	go func() { done <- run([]string{"--listen", "127.0.0.1:" + strconv.Itoa(port), "--scenarios", "../../test/scenarios"}) }()
+	go func() {
+		done <- run([]string{"--listen", "127.0.0.1:" + strconv.Itoa(port), "--scenarios", "../../test/scenarios"})
+	}()
 	var resp *http.Response
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if resp, err = http.Get("http://127.0.0.1:" + strconv.Itoa(port) + "/v1/models"); err == nil {
