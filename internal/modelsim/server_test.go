@@ -289,6 +289,7 @@ func TestMisbehaviourShapes(t *testing.T) {
 		{openai.FinishReasonStop, ""},
 		{openai.FinishReasonToolCalls, "peek"},
 		{openai.FinishReasonToolCalls, "note"},
+		{openai.FinishReasonToolCalls, "note,peek"},
 		{openai.FinishReasonToolCalls, "note,peek,peek"},
 		{openai.FinishReasonToolCalls, "note,tap_everything"},
 		{openai.FinishReasonToolCalls, "note,peek"},
@@ -309,7 +310,7 @@ func TestMisbehaviourShapes(t *testing.T) {
 		if i == 0 && c.Message.Content == "" {
 			t.Fatal("text_only sent no text")
 		}
-		if i == 5 && json.Valid([]byte(c.Message.ToolCalls[1].Function.Arguments)) {
+		if i == 6 && json.Valid([]byte(c.Message.ToolCalls[1].Function.Arguments)) {
 			t.Fatalf("malformed_args sent valid JSON %q", c.Message.ToolCalls[1].Function.Arguments)
 		}
 		msgs = append(msgs, c.Message)

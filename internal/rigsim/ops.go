@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"slices"
 	"strings"
 	"time"
 
@@ -304,6 +303,3 @@ func clip(s string, n int) string {
 	}
 	return string(r[:n-1]) + "…"
 }
-
-// knownTool reports whether name is one of the twelve.
-func knownTool(name string) bool { return slices.Contains(ToolNames, name) }
