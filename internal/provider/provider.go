@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"net/http"
 	"time"
 )
 
@@ -146,8 +147,11 @@ type Options struct {
 	RequestTimeout time.Duration
 	// MaxTokens is the default reply bound.
 	MaxTokens int
-	// Stream selects SSE streaming (default) or a plain JSON reply.
+	// NoStream asks for a plain JSON reply instead of an SSE stream.
 	NoStream bool
+	// HTTPClient replaces the adapter's own client (tests, benchmarks); the
+	// idle watchdog still applies.
+	HTTPClient *http.Client
 }
 
 // Defaults for Options.

@@ -25,6 +25,9 @@ type Transport struct {
 // the idle timeout.
 func NewTransport(o Options) *Transport {
 	o = o.WithDefaults()
+	if o.HTTPClient != nil {
+		return &Transport{Client: o.HTTPClient, IdleTimeout: o.IdleTimeout}
+	}
 	tr := &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
 		DialContext:           (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
