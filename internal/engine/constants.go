@@ -8,7 +8,8 @@ import (
 
 // The loop's numbers. Each lives here once; the policies' own numbers live
 // in their packages (breaker.Threshold/Cooldown, tokens.PreflightShare,
-// compaction.MaxOverflowCompactions, backoff.Base/Cap).
+// compaction.MaxOverflowCompactions, backoff.Base/Cap, progress.Interval,
+// provider.DefaultIdleTimeout).
 const (
 	// MaxMalformedTurns in a row end the session STUCK (DESIGN.md, on seed 000's turn-shape rule).
 	MaxMalformedTurns = 5
@@ -20,8 +21,6 @@ const (
 	NoteMaxWords = 20
 	// DefaultFollowUpMinutes is the automatic follow-up after a WAIT (seed 000: "一个通用的 15 分钟 后续").
 	DefaultFollowUpMinutes = 15
-	// ProgressInterval is the least time between two status patches (DESIGN.md / loop-contract.md: 2 s).
-	ProgressInterval = 2 * time.Second
 	// SafePointGrace bounds how long a rig action in flight may finish after a
 	// cancel, so SIGTERM stops at a safe point (ours; within Kubernetes' 30 s grace).
 	SafePointGrace = 25 * time.Second

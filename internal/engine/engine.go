@@ -36,7 +36,7 @@ type Rig interface {
 }
 
 // ProgressSink receives progress after every turn; it decides how often to
-// publish it (the cluster patcher: at most every ProgressInterval).
+// publish it (the cluster patcher, internal/progress: at most every 2 s).
 type ProgressSink interface {
 	Report(p contract.Progress)
 }

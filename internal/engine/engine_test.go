@@ -507,3 +507,26 @@ func TestAnthropicSession(t *testing.T) {
 		t.Error("headers")
 	}
 }
+
+type progressLog struct{ got []contract.Progress }
+
+func (p *progressLog) Report(pr contract.Progress) { p.got = append(p.got, pr) }
+
+func TestProgressIsReportedAndSecretFree(t *testing.T) {
+	leaky := pt.Step{Calls: []pt.Call{{Name: "note", Args: `{"summary":"the key is ` + apiKey + `"}`}, {Name: "peek", Args: `{}`}}, PromptTokens: 100, CompletionTokens: 10}
+	h := newHarness(t, leaky, end("DONE"))
+	pl := &progressLog{}
+	h.cfg.Progress = pl
+	h.run(context.Background())
+	if len(pl.got) == 0 || pl.got[0].Turn != 1 || pl.got[0].Tokens != 110 || pl.got[0].Attempt != 1 {
+		t.Fatalf("progress %+v", pl.got)
+	}
+	for _, p := range pl.got {
+		if strings.Contains(p.LastNote, apiKey) {
+			t.Errorf("the key reached status.progress: %q", p.LastNote)
+		}
+	}
+	if strings.Contains(h.out.String(), apiKey) {
+		t.Error("the key reached the events")
+	}
+}

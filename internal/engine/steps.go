@@ -81,13 +81,13 @@ func (s *Session) budgetSpent() *Ending {
 func (s *Session) prepare(ctx context.Context) (*provider.Request, *Ending) {
 	s.repair()
 	s.compact(ctx, compaction.BeforeRequest)
-	for {
+	for tries := 0; ; tries++ {
 		req := s.request()
 		err := tokens.Preflight(s.cfg.Estimator.Estimate(req), s.cfg.ContextWindow)
 		if err == nil {
 			return req, nil
 		}
-		if !s.compact(ctx, compaction.Preflight) {
+		if tries >= compaction.MaxOverflowCompactions || !s.compact(ctx, compaction.Preflight) {
 			s.emit(events.Error(s.state.Turn, "preflight", err.Error(), 0))
 			return nil, stuck(contract.ReasonContextOverflow, "stopped: "+err.Error()+", and compaction could not shrink it")
 		}

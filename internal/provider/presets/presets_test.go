@@ -1,0 +1,34 @@
+package presets
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/clawfarm/clawfarm/internal/provider"
+)
+
+func TestPresets(t *testing.T) {
+	for _, name := range []string{"openai", "anthropic", "qwen", "moonshot", "deepseek", "google"} {
+		p, err := New(name, provider.Options{APIKey: "k", Model: "m"})
+		if err != nil || p.Name() != name || p.Model() != "m" {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if _, err := New("OpenAI-Compatible", provider.Options{Model: "llama", BaseURL: "http://ollama:11434/v1"}); err != nil {
+		t.Errorf("a compatible server without a key: %v", err)
+	}
+	for _, c := range []struct {
+		name string
+		o    provider.Options
+		want string
+	}{
+		{"openai-compatible", provider.Options{Model: "m"}, "needs a base URL"},
+		{"openai", provider.Options{Model: "m"}, "needs an API key"},
+		{"nope", provider.Options{Model: "m"}, "unknown model provider"},
+		{"openai", provider.Options{Model: "m", APIKey: "k", BaseURL: "ftp://x"}, "not an http(s) URL"},
+	} {
+		if _, err := New(c.name, c.o); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s %+v: %v, want %q", c.name, c.o, err, c.want)
+		}
+	}
+}
