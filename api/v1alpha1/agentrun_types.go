@@ -30,7 +30,7 @@ type ModelProvider string
 type ModelSpec struct {
 	// Provider is the provider preset.
 	// +kubebuilder:default=openai
-	Provider ModelProvider `json:"provider"`
+	Provider ModelProvider `json:"provider,omitempty"`
 
 	// Name is the model name, as the provider spells it.
 	// +kubebuilder:validation:MinLength=1

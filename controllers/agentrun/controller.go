@@ -422,7 +422,12 @@ func (s *step) advance(ctx context.Context) error {
 			return err
 		}
 	}
+	// Rebuilt from the world every time, so a status write lost to a conflict loses nothing.
+	st.Rig = s.heldRig
+	conditions.True(&st.Conditions, gen, farmv1.ConditionRigLeased, farmv1.ReasonLeased,
+		fmt.Sprintf("holding rig %s on node %s", s.rig.Name, s.rig.Spec.NodeName))
 	if len(s.live) > 0 {
+		st.Attempt, _ = podAttempt(s.live[len(s.live)-1])
 		st.Phase = farmv1.RunRunning
 		conditions.Unknown(&st.Conditions, gen, farmv1.ConditionSucceeded, farmv1.ReasonRunning,
 			fmt.Sprintf("attempt %d is running on rig %s", st.Attempt, s.heldRig))

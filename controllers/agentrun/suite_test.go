@@ -232,8 +232,7 @@ func makeRig(t *testing.T, ns, name string, labels map[string]string) *farmv1.De
 	if err := k8s.Create(ctx, rig); err != nil {
 		t.Fatal(err)
 	}
-	waitRig(t, ns, name, func(r *farmv1.DeviceRig) bool { return r.Status.Phase == farmv1.RigReady })
-	return rig
+	return waitRig(t, ns, name, func(r *farmv1.DeviceRig) bool { return r.Status.Phase == farmv1.RigReady })
 }
 
 func makeNode(t *testing.T, name string) string {
