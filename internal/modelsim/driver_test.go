@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -27,8 +29,9 @@ type driver struct {
 	stream bool
 	tools  []openai.Tool
 
-	rejected int     // turns refused for their shape, their tool or their arguments
-	failures []error // provider errors that were retried
+	rejected    int               // turns refused for their shape, their tool or their arguments
+	engineCalls []openai.ToolCall // engine-side calls other than note
+	failures    []error           // provider errors that were retried
 }
 
 // maxAttempts is how often the driver asks again after a provider error.
@@ -66,7 +69,7 @@ func newDriver(t *testing.T, llm *openai.Client, model string, rig *mcp.ClientSe
 	for _, tool := range res.Tools {
 		d.tools = append(d.tools, openai.Tool{Type: openai.ToolTypeFunction, Function: &openai.FunctionDefinition{Name: tool.Name, Description: tool.Description, Parameters: tool.InputSchema}})
 	}
-	for _, name := range []string{"note", "end_session"} {
+	for _, name := range append(slices.Sorted(maps.Keys(engineTools)), "end_session") {
 		d.tools = append(d.tools, openai.Tool{Type: openai.ToolTypeFunction, Function: &openai.FunctionDefinition{Name: name, Parameters: json.RawMessage(`{"type":"object"}`)}})
 	}
 	return d
@@ -122,6 +125,9 @@ func (d *driver) play(trigger string) ending {
 				recap, _ := args["recap"].(string)
 				return ending{status, recap, turn}
 			case engineTools[name]:
+				if name != "note" {
+					d.engineCalls = append(d.engineCalls, c)
+				}
 				msgs = append(msgs, toolResult(c.ID, "ok"))
 			default:
 				text, hasImage := d.callRig(name, args)

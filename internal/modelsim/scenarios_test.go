@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -132,9 +133,19 @@ func TestMessageWaitThenFollowUp(t *testing.T) {
 	rig := startSimRig(t, rigsim.Config{})
 	llm := startModel(t, builtin(t))
 
-	first := newDriver(t, llm, "sim/message", rig.cs, true).play("Ask Ana what time dinner is tomorrow.")
+	d := newDriver(t, llm, "sim/message", rig.cs, true)
+	first := d.play("Ask Ana what time dinner is tomorrow.")
 	if first.status != "WAIT" {
 		t.Fatalf("first session ended %s (%q), want WAIT", first.status, first.recap)
+	}
+	if len(d.engineCalls) != 1 || d.engineCalls[0].Function.Name != "create_job" {
+		t.Fatalf("engine calls = %+v, want one create_job for the follow-up", d.engineCalls)
+	}
+	var job struct{ ID, Kind, Schedule, Context string }
+	json.Unmarshal([]byte(d.engineCalls[0].Function.Arguments), &job)
+	want := time.Now().UTC().Add(20 * time.Minute)
+	if f := strings.Fields(job.Schedule); len(f) != 5 || f[1] != itoa(want.Hour()) || f[2] != itoa(want.Day()) || job.Kind != "one-time" || !strings.Contains(job.Context, "waiting for Ana's reply") {
+		t.Fatalf("create_job %+v, want a one-time job about 20 minutes from now", job)
 	}
 	s := rig.state(t)
 	if len(s.Messages.Sent) != 1 || s.Messages.Sent[0].Contact != "Ana" || s.Messages.Sent[0].Text != "What time is dinner tomorrow?" {

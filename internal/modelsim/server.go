@@ -107,6 +107,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rep, st := sess.next(t)
+	rep = expandTemplates(rep, s.now())
 
 	var stall time.Duration
 	if st != nil && st.Fault != nil && s.serveFault(st.Fault, sc.Name, req.Messages) {

@@ -87,7 +87,7 @@ func TestContractTable(t *testing.T) {
 				if err != nil {
 					t.Fatalf("the image is not a JPEG: %v", err)
 				}
-				if b := img.Bounds(); max(b.Dx(), b.Dy()) > 1566 {
+				if b := img.Bounds(); max(b.Dx(), b.Dy()) > maxLongEdge {
 					t.Fatalf("image is %v, longest edge over 1566 px", b)
 				}
 			} else if strings.Contains(res.text(), ListingHeader) {

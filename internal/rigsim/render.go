@@ -7,6 +7,7 @@ import (
 	"image/color"
 	"image/draw"
 	"image/jpeg"
+	"strings"
 
 	xdraw "golang.org/x/image/draw"
 	"golang.org/x/image/font"
@@ -25,7 +26,11 @@ const (
 	glyphWidth  = 7    // basicfont.Face7x13
 	glyphHeight = 13
 	glyphAscent = 11
+	glareAlpha  = 170 // how much the glare patch washes out
 )
+
+// fontFallback stands in for characters the bitmap font lacks.
+var fontFallback = strings.NewReplacer("¥", "Y", "…", "...", "—", "-")
 
 var palette = map[string]color.RGBA{
 	"":       {20, 20, 20, 255},
@@ -44,7 +49,6 @@ var (
 	background = color.RGBA{242, 242, 247, 255}
 	lockTint   = color.RGBA{28, 40, 70, 255}
 	boxOutline = color.RGBA{230, 40, 40, 255}
-	glareWash  = color.RGBA{255, 255, 255, 150}
 )
 
 // frame is what the rig draws: the phone's elements plus the AssistiveTouch button.
@@ -68,7 +72,7 @@ func renderJPEG(f frame) ([]byte, error) {
 	drawAssistiveTouch(img)
 	if f.glare {
 		r := image.Rect(frameWidth/3, frameHeight/5, frameWidth, frameHeight/2)
-		draw.DrawMask(img, r, &image.Uniform{glareWash}, image.Point{}, &image.Uniform{color.Alpha{160}}, image.Point{}, draw.Over)
+		draw.DrawMask(img, r, image.White, image.Point{}, &image.Uniform{color.Alpha{glareAlpha}}, image.Point{}, draw.Over)
 	}
 	var buf bytes.Buffer
 	if err := jpeg.Encode(&buf, img, &jpeg.Options{Quality: jpegQuality}); err != nil {
@@ -107,6 +111,7 @@ func drawText(img *image.RGBA, s string, pt image.Point, scale int, c color.RGBA
 	if scale <= 0 {
 		scale = 2
 	}
+	s = fontFallback.Replace(s)
 	n := len([]rune(s))
 	if n == 0 {
 		return
@@ -114,7 +119,7 @@ func drawText(img *image.RGBA, s string, pt image.Point, scale int, c color.RGBA
 	small := image.NewRGBA(image.Rect(0, 0, n*glyphWidth, glyphHeight))
 	d := font.Drawer{Dst: small, Src: &image.Uniform{c}, Face: basicfont.Face7x13, Dot: fixed.P(0, glyphAscent)}
 	d.DrawString(s)
-	dst := image.Rect(pt.X, pt.Y, pt.X+n*glyphWidth*scale/2, pt.Y+glyphHeight*scale/2)
+	dst := image.Rect(pt.X, pt.Y, pt.X+n*glyphWidth*scale, pt.Y+glyphHeight*scale)
 	xdraw.NearestNeighbor.Scale(img, dst, small, small.Bounds(), draw.Over, nil)
 }
 

@@ -26,7 +26,7 @@ type thread struct {
 func initialThreads() []*thread {
 	day := time.Date(2026, 11, 28, 19, 5, 0, 0, time.UTC)
 	return []*thread{
-		{name: "Ana", messages: []message{{text: "Are we still on for dinner tomorrow?", at: day}},
+		{name: "Ana", messages: []message{{text: "Dinner tomorrow still on?", at: day}},
 			replies: []string{"7pm at Luigi's. See you there!", "Sounds good!"}},
 		{name: "Bob", messages: []message{{fromMe: true, text: "Thanks for the book", at: day.Add(-3 * time.Hour)}, {text: "Any time", at: day.Add(-2 * time.Hour)}},
 			replies: []string{"OK"}},
@@ -99,10 +99,11 @@ func messagesThread(p *Phone, name string) page {
 	}
 	y := contentTop + 0.02
 	for _, m := range t.messages {
+		text := clip(m.text, bubbleChars)
 		if m.fromMe {
-			els = append(els, rightAligned(m.text, 0.94, y, 2).filled("blue"))
+			els = append(els, rightAligned(text, 0.94, y, 2).filled("blue"))
 		} else {
-			els = append(els, textEl(m.text, marginX, y, 2).filled("grey"))
+			els = append(els, textEl(text, marginX, y, 2).filled("grey"))
 		}
 		y += rowHeight
 	}
@@ -110,6 +111,9 @@ func messagesThread(p *Phone, name string) page {
 	send := textEl("Send", 0.80, 0.917, 2).filled("blue").pinned().onTap(func(p *Phone) { t.send(p.now, p.cfg.ReplyAfter) })
 	return page{elements: append(els, field, send), scrollable: true}
 }
+
+// bubbleChars is as much of a message as one bubble line shows.
+const bubbleChars = 30
 
 func clip(s string, n int) string {
 	r := []rune(s)
