@@ -223,6 +223,10 @@ func TestCancelStopsThePodAndReleasesTheRig(t *testing.T) {
 	scripts.set(ns, "long", byPod(nil, fakekubelet.Ending{Hang: true}))
 	create(t, newRun(ns, "long", "rig"))
 	waitPhase(t, ns, "long", farmv1.RunRunning)
+	eventually(t, "the loop running", func() bool {
+		p := podsOf(t, ns, "long")
+		return len(p) == 1 && p[0].Status.Phase == corev1.PodRunning
+	})
 	if h := leaseHolder(t, ns, "rig"); h != "long" {
 		t.Fatalf("lease holder %q, want long", h)
 	}

@@ -38,7 +38,9 @@ func TestDeviceRigStatusFollowsTheWorld(t *testing.T) {
 	// In use: the Lease shows through as the current run.
 	scripts.set(ns, "busy", byPod(nil, fakekubelet.Ending{Hang: true}))
 	create(t, newRun(ns, "busy", "rig"))
-	waitRig(t, ns, "rig", func(r *farmv1.DeviceRig) bool { return r.Status.Phase == farmv1.RigInUse && r.Status.CurrentRun == "busy" })
+	waitRig(t, ns, "rig", func(r *farmv1.DeviceRig) bool {
+		return r.Status.Phase == farmv1.RigInUse && r.Status.CurrentRun == "busy"
+	})
 	cancel(t, ns, "busy")
 	waitRig(t, ns, "rig", func(r *farmv1.DeviceRig) bool { return r.Status.Phase == farmv1.RigReady && r.Status.CurrentRun == "" })
 

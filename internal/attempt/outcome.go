@@ -66,6 +66,9 @@ func Classify(pod *corev1.Pod, w World) (Outcome, bool) {
 			return infra(fmt.Sprintf("node %s was lost while the attempt ran", pod.Spec.NodeName), true), true
 		case pod.DeletionTimestamp != nil:
 			if pod.Status.Phase == corev1.PodPending && pod.Spec.NodeName == "" {
+				if w.Cancelling {
+					return Outcome{Class: farmv1.OutcomeCancelled, Explanation: "the attempt was stopped before it was scheduled", Evict: true}, true
+				}
 				return infra("the pod was deleted before it was scheduled", true), true
 			}
 			return Outcome{}, false // terminating: wait for the container to stop

@@ -96,25 +96,24 @@ func (k *Kubelet) tick(ctx context.Context) {
 	seen := map[string]bool{}
 	for i := range pods.Items {
 		seen[pods.Items[i].Namespace+"/"+pods.Items[i].Name] = true
-		k.drive(ctx, &pods.Items[i])
 	}
-	// A pod deleted outright (never terminated by us) is no longer live either.
+	// A pod deleted outright (never terminated by us) is no longer live either;
+	// note it before starting new pods.
 	k.mu.Lock()
-	var gone [][2]string
 	for key := range k.started {
 		if !seen[key] && !k.ended[key] {
+			k.ended[key] = true
 			for rig, live := range k.liveByRig {
 				if live == key {
-					gone = append(gone, [2]string{key, rig})
+					delete(k.liveByRig, rig)
 				}
 			}
-			k.ended[key] = true
 		}
 	}
-	for _, g := range gone {
-		delete(k.liveByRig, g[1])
-	}
 	k.mu.Unlock()
+	for i := range pods.Items {
+		k.drive(ctx, &pods.Items[i])
+	}
 }
 
 func (k *Kubelet) drive(ctx context.Context, pod *corev1.Pod) {
