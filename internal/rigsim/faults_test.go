@@ -205,6 +205,22 @@ func TestFaults(t *testing.T) {
 	})
 }
 
+// A restarted rig has forgotten its MCP sessions: the old one fails, a new one works.
+func TestRestartDropsSessions(t *testing.T) {
+	tr := startRig(t, Config{})
+	tr.call(t, "peek", nil)
+	postJSON(t, tr.url+"/api/sim/restart", "")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := tr.cs.CallTool(ctx, &mcp.CallToolParams{Name: "peek"}); err == nil {
+		t.Fatal("the old session still works after a restart")
+	}
+	fresh := connect(t, tr.url+"/mcp")
+	if res, err := fresh.CallTool(context.Background(), &mcp.CallToolParams{Name: "peek"}); err != nil || res.IsError {
+		t.Fatalf("a new session after the restart: %v", err)
+	}
+}
+
 func countText(rows []row) int {
 	n := 0
 	for _, r := range rows {

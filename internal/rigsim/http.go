@@ -19,11 +19,12 @@ import (
 //	POST /api/sim/advance         {"seconds": N}: move the phone's clock
 //	POST /api/sim/lock            the phone locks itself now
 //	POST /api/sim/crash           {"app": "Shop"} (or the foreground app): it crashes now
+//	POST /api/sim/restart         the rig's server restarts: every MCP session is gone
 //	GET  /api/sim/screen          the current listing, as text
 //	GET  /api/sim/screen.jpg      the current screen, as a JPEG
 func (r *Rig) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", r.reachable(r.handler))
+	mux.Handle("/mcp", r.reachable(http.HandlerFunc(r.serveMCP)))
 	mux.Handle("GET /api/status", r.reachable(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, r.Status()) })))
 	mux.HandleFunc("GET /api/sim/state", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, r.State()) })
 	mux.HandleFunc("GET /api/sim/faults", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, r.Faults()) })
@@ -60,6 +61,10 @@ func (r *Rig) Handler() http.Handler {
 			return
 		}
 		writeJSON(w, r.State())
+	})
+	mux.HandleFunc("POST /api/sim/restart", func(w http.ResponseWriter, _ *http.Request) {
+		r.Restart()
+		writeJSON(w, r.Status())
 	})
 	mux.HandleFunc("GET /api/sim/screen", func(w http.ResponseWriter, _ *http.Request) {
 		_, listing, err := r.snapshot()

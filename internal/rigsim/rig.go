@@ -31,7 +31,7 @@ type Rig struct {
 	lastWall time.Time
 
 	server  *mcp.Server
-	handler *mcp.StreamableHTTPHandler
+	handler *mcp.StreamableHTTPHandler // replaced by Restart; guarded by mu
 }
 
 // New builds a rig named name from its configuration.
@@ -42,9 +42,33 @@ func New(name string, cfg Config) *Rig {
 	r := &Rig{name: name, cfg: cfg, phone: phone.New(cfg.Phone.phone()), faults: cfg.Faults,
 		rng: rand.New(rand.NewPCG(cfg.Seed, nameHash(name))), lastWall: time.Now()}
 	r.server = newMCPServer(r)
-	r.handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return r.server },
-		&mcp.StreamableHTTPOptions{DisableLocalhostProtection: true})
+	r.handler = r.newHandler()
 	return r
+}
+
+// newHandler is a fresh streamable HTTP endpoint with no sessions. Localhost protection is off:
+// loop pods reach rigs by service names, never as localhost.
+func (r *Rig) newHandler() *mcp.StreamableHTTPHandler {
+	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return r.server },
+		&mcp.StreamableHTTPOptions{DisableLocalhostProtection: true})
+}
+
+// Restart drops every MCP session, as a rig whose server restarted does: clients must reconnect.
+func (r *Rig) Restart() {
+	r.mu.Lock()
+	r.handler = r.newHandler()
+	r.mu.Unlock()
+	for ss := range r.server.Sessions() {
+		ss.Close()
+	}
+}
+
+// serveMCP hands the request to the current endpoint.
+func (r *Rig) serveMCP(w http.ResponseWriter, req *http.Request) {
+	r.mu.Lock()
+	h := r.handler
+	r.mu.Unlock()
+	h.ServeHTTP(w, req)
 }
 
 // Name is the rig's name.
