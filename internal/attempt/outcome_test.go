@@ -1,0 +1,143 @@
+package attempt
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+)
+
+func ended(phase corev1.PodPhase, code int32, msg string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "r-a1", CreationTimestamp: metav1.Now()},
+		Spec:       corev1.PodSpec{NodeName: "n1"},
+		Status: corev1.PodStatus{Phase: phase, ContainerStatuses: []corev1.ContainerStatus{{
+			Name: ContainerName, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Message: msg}},
+		}}},
+	}
+}
+
+func TestClassify(t *testing.T) {
+	now := time.Now()
+	w := World{Now: now, StartupTimeout: time.Minute}
+	msg := func(s string, retry bool) string {
+		return `{"sentinel":"` + s + `","recap":"r","exitReason":"end_turn","retryable":` + map[bool]string{true: "true", false: "false"}[retry] + `}`
+	}
+	disrupted := ended(corev1.PodFailed, 143, "")
+	disrupted.Status.Conditions = []corev1.PodCondition{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "PreemptionByScheduler"}}
+	evicted := ended(corev1.PodFailed, 137, "")
+	evicted.Status.Reason = "Evicted"
+	deadline := ended(corev1.PodFailed, 137, "")
+	deadline.Status.Reason = "DeadlineExceeded"
+	oom := ended(corev1.PodFailed, 137, "")
+	oom.Status.ContainerStatuses[0].State.Terminated.Reason = "OOMKilled"
+	deleted := ended(corev1.PodFailed, 12, msg("STUCK", true))
+	deleted.DeletionTimestamp = &metav1.Time{Time: now}
+	noContainer := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Status: corev1.PodStatus{Phase: corev1.PodFailed}}
+
+	cases := []struct {
+		name    string
+		pod     *corev1.Pod
+		class   string
+		counted bool
+		sent    string
+		expl    string
+	}{
+		{"DONE", ended(corev1.PodSucceeded, 0, msg("DONE", true)), farmv1.OutcomeDone, true, "DONE", ""},
+		{"FAIL", ended(corev1.PodFailed, 1, msg("FAIL", true)), farmv1.OutcomeFail, true, "FAIL", ""},
+		{"WAIT", ended(corev1.PodFailed, 10, msg("WAIT", true)), farmv1.OutcomeWait, true, "WAIT", ""},
+		{"IDLE", ended(corev1.PodFailed, 11, msg("IDLE", true)), farmv1.OutcomeIdle, true, "IDLE", ""},
+		{"STUCK", ended(corev1.PodFailed, 12, msg("STUCK", true)), farmv1.OutcomeStuck, true, "STUCK", ""},
+		{"STUCK not retryable", ended(corev1.PodFailed, 13, msg("STUCK", false)), farmv1.OutcomeBudget, true, "STUCK", ""},
+		{"bad config", ended(corev1.PodFailed, 2, ""), farmv1.OutcomeInvalidConfig, true, "FAIL", "configuration"},
+		{"no message", ended(corev1.PodSucceeded, 0, ""), farmv1.OutcomeDone, true, "DONE", ""},
+		{"garbage message", ended(corev1.PodFailed, 10, "{not json"), farmv1.OutcomeWait, true, "WAIT", "not the contract's JSON"},
+		{"mismatch", ended(corev1.PodFailed, 12, msg("DONE", true)), farmv1.OutcomeStuck, true, "STUCK", "disagrees"},
+		{"crash", ended(corev1.PodFailed, 3, ""), farmv1.OutcomeStuck, true, "STUCK", "crashed"},
+		{"signal", ended(corev1.PodFailed, 139, ""), farmv1.OutcomeStuck, true, "STUCK", "signal 11"},
+		{"OOM", oom, farmv1.OutcomeStuck, true, "STUCK", "out of memory"},
+		{"disruption", disrupted, farmv1.OutcomeInfrastructure, false, "", "disrupted"},
+		{"evicted", evicted, farmv1.OutcomeInfrastructure, false, "", "Evicted"},
+		{"deadline", deadline, farmv1.OutcomeBudget, true, "STUCK", "deadline"},
+		{"deleted mid-run", deleted, farmv1.OutcomeInfrastructure, false, "", "deleted"},
+		{"never ran", noContainer, farmv1.OutcomeInfrastructure, false, "", "before the loop container ran"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			o, done := Classify(c.pod, w)
+			if !done {
+				t.Fatal("not classified as ended")
+			}
+			if o.Class != c.class || o.Counted != c.counted || o.Sentinel != c.sent {
+				t.Fatalf("got %s counted=%v sentinel=%q, want %s counted=%v sentinel=%q (%s)", o.Class, o.Counted, o.Sentinel, c.class, c.counted, c.sent, o.Explanation)
+			}
+			if !strings.Contains(o.Explanation, c.expl) {
+				t.Fatalf("explanation %q does not say %q", o.Explanation, c.expl)
+			}
+		})
+	}
+}
+
+func TestClassifyRunningAndStuckPending(t *testing.T) {
+	now := time.Now()
+	running := &corev1.Pod{Spec: corev1.PodSpec{NodeName: "n"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	if _, done := Classify(running, World{Now: now}); done {
+		t.Fatal("a running pod is not ended")
+	}
+	if o, done := Classify(running, World{Now: now, NodeLost: true}); !done || o.Class != farmv1.OutcomeInfrastructure || !o.Evict {
+		t.Fatalf("a pod on a lost node is a free retry to evict: %+v", o)
+	}
+	old := metav1.NewTime(now.Add(-10 * time.Minute))
+	pulling := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: old}, Status: corev1.PodStatus{Phase: corev1.PodPending,
+		ContainerStatuses: []corev1.ContainerStatus{{Name: ContainerName, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff"}}}}}}
+	if o, done := Classify(pulling, World{Now: now, StartupTimeout: 5 * time.Minute}); !done || !strings.Contains(o.Explanation, "ImagePullBackOff") || !o.Evict {
+		t.Fatalf("a pod that cannot pull its image is a free retry: %+v", o)
+	}
+	if _, done := Classify(pulling, World{Now: now, StartupTimeout: time.Hour}); done {
+		t.Fatal("within the startup timeout a pending pod is not ended")
+	}
+	cancelled := ended(corev1.PodFailed, 143, "")
+	if o, _ := Classify(cancelled, World{Now: now, Cancelling: true}); o.Class != farmv1.OutcomeCancelled || o.Counted {
+		t.Fatalf("a stopped attempt is Cancelled and free: %+v", o)
+	}
+}
+
+func TestApplyAndNext(t *testing.T) {
+	run := &farmv1.AgentRun{Spec: farmv1.AgentRunSpec{Limits: farmv1.RunLimits{MaxAttempts: 2, MaxInfraRetries: 1}}}
+	if n := Next(&run.Status); n != (NextPod{Attempt: 1}) {
+		t.Fatalf("first pod %+v", n)
+	}
+	run.Status.Attempt = 1
+	v := Apply(run, farmv1.AttemptRecord{Attempt: 1, Pod: "r-a1", Outcome: farmv1.OutcomeInfrastructure}, Outcome{Class: farmv1.OutcomeInfrastructure})
+	if v.Phase != farmv1.RunRetrying || Next(&run.Status) != (NextPod{Attempt: 1, Retry: 1, Resume: true}) {
+		t.Fatalf("after infra: %+v next %+v", v, Next(&run.Status))
+	}
+	v = Apply(run, farmv1.AttemptRecord{Attempt: 1, Retry: 1, Pod: "r-a1-r1", Outcome: farmv1.OutcomeStuck, Counted: true}, Outcome{Class: farmv1.OutcomeStuck, Counted: true, Sentinel: "STUCK"})
+	if v.Phase != farmv1.RunRetrying || Next(&run.Status) != (NextPod{Attempt: 2}) {
+		t.Fatalf("after STUCK: %+v next %+v", v, Next(&run.Status))
+	}
+	run.Status.Attempt = 2
+	v = Apply(run, farmv1.AttemptRecord{Attempt: 2, Pod: "r-a2", Outcome: farmv1.OutcomeStuck, Counted: true}, Outcome{Class: farmv1.OutcomeStuck, Counted: true, Sentinel: "STUCK"})
+	if v.Phase != farmv1.RunFailed || v.Reason != farmv1.ReasonAttemptsExhausted {
+		t.Fatalf("attempts exhausted: %+v", v)
+	}
+	if !Recorded(&run.Status, "r-a1-r1") || Recorded(&run.Status, "r-a3") {
+		t.Fatal("Recorded is wrong")
+	}
+	for i := 0; i < MaxHistory+10; i++ {
+		Apply(run, farmv1.AttemptRecord{Pod: "x"}, Outcome{Class: farmv1.OutcomeInfrastructure})
+	}
+	if len(run.Status.Attempts) != MaxHistory {
+		t.Fatalf("history %d, bound %d", len(run.Status.Attempts), MaxHistory)
+	}
+}
+
+func TestPodName(t *testing.T) {
+	if PodName("run", 2, 0) != "run-a2" || PodName("run", 2, 3) != "run-a2-r3" {
+		t.Fatal(PodName("run", 2, 0), PodName("run", 2, 3))
+	}
+}
