@@ -20,7 +20,7 @@ type element struct {
 	bbox  [4]float64
 }
 
-var listingRow = regexp.MustCompile(`^\d+ \[(icon|text)\] "((?:[^"\\]|\\.)*)" \[([\d.]+),([\d.]+),([\d.]+),([\d.]+)\] [\d.]+$`)
+var listingRow = regexp.MustCompile(`^\d+ \[(icon|text)\] "(.*)" \[([\d.]+),([\d.]+),([\d.]+),([\d.]+)\] [\d.]+$`)
 
 // transcript is what modelsim reads from a request: the trigger, how far the script has got
 // and what the screen showed last. Everything is derived from the request, so the server keeps no state.
@@ -52,7 +52,9 @@ func readTranscript(msgs []chatMessage) transcript {
 	t.trigger = strings.Join(users, "\n")
 	for i := len(msgs) - 1; i >= 0 && t.listing == nil; i-- {
 		if msgs[i].Role == "tool" || msgs[i].Role == "user" {
-			t.listing = parseListing(msgs[i].text())
+			if l := parseListing(msgs[i].text()); len(l) > 0 {
+				t.listing = l
+			}
 		}
 	}
 	return t
@@ -73,7 +75,8 @@ func isRetry(m chatMessage) bool {
 	return false
 }
 
-// parseListing finds the last listing in a text; nil if there is none.
+// parseListing reads the last listing in a text; nil if there is none. Labels are quoted as
+// they are, unescaped, so a label's own quotes stay inside the greedy match.
 func parseListing(text string) []element {
 	i := strings.LastIndex(text, listingHeader)
 	if i < 0 {
@@ -85,11 +88,7 @@ func parseListing(text string) []element {
 		if m == nil {
 			continue
 		}
-		label, err := strconv.Unquote(`"` + m[2] + `"`)
-		if err != nil {
-			label = m[2]
-		}
-		e := element{kind: m[1], label: label}
+		e := element{kind: m[1], label: m[2]}
 		for j := range 4 {
 			e.bbox[j], _ = strconv.ParseFloat(m[3+j], 64)
 		}

@@ -64,7 +64,8 @@ func formatListing(els []seen) string {
 	var b strings.Builder
 	b.WriteString(ListingHeader)
 	for i, e := range els {
-		fmt.Fprintf(&b, "\n%d [%s] %q [%.3f,%.3f,%.3f,%.3f] %.2f", i, e.kind, e.label, e.box.L, e.box.T, e.box.R, e.box.B, e.conf)
+		// The label goes in quotes as it is, unescaped, as PhysiClaw prints it.
+		fmt.Fprintf(&b, "\n%d [%s] \"%s\" [%.3f,%.3f,%.3f,%.3f] %.2f", i, e.kind, e.label, e.box.L, e.box.T, e.box.R, e.box.B, e.conf)
 	}
 	return b.String()
 }
