@@ -52,27 +52,33 @@ type ToolCall struct {
 	Arguments string
 }
 
-// Image is an image attachment (a screen). The base64 form is computed once:
-// the same screen is sent with every request while it stays in the transcript.
+// Image is an image attachment (a screen). Its data URL is computed once:
+// the same screen is sent with every request while it stays in the
+// transcript, and the base64 form is a slice of the same string.
 type Image struct {
 	MIMEType string
 	Data     []byte
-	b64      string
+	dataURL  string
+	prefix   int
 }
 
 // NewImage wraps raw image bytes.
 func NewImage(mime string, data []byte) *Image { return &Image{MIMEType: mime, Data: data} }
 
-// Base64 is the image's standard base64 encoding, cached.
-func (im *Image) Base64() string {
-	if im.b64 == "" && len(im.Data) > 0 {
-		im.b64 = base64.StdEncoding.EncodeToString(im.Data)
+// DataURL is the image as a data: URL, cached.
+func (im *Image) DataURL() string {
+	if im.dataURL == "" {
+		head := "data:" + im.MIMEType + ";base64,"
+		b := make([]byte, len(head)+base64.StdEncoding.EncodedLen(len(im.Data)))
+		copy(b, head)
+		base64.StdEncoding.Encode(b[len(head):], im.Data)
+		im.dataURL, im.prefix = string(b), len(head)
 	}
-	return im.b64
+	return im.dataURL
 }
 
-// DataURL is the image as a data: URL.
-func (im *Image) DataURL() string { return "data:" + im.MIMEType + ";base64," + im.Base64() }
+// Base64 is the image's standard base64 encoding, cached.
+func (im *Image) Base64() string { return im.DataURL()[im.prefix:] }
 
 // ToolSpec is a tool offered to the model: its name, description and JSON
 // schema for the arguments, passed through as they are.

@@ -70,18 +70,32 @@ func (t *Transport) Do(req *http.Request) (*http.Response, error) {
 	if x == nil {
 		x = &Exchange{}
 	}
-	if req.Body != nil && (t.RewriteBody != nil || req.ContentLength <= 0) {
-		b, err := io.ReadAll(req.Body)
+	if sp := SplicerFrom(req.Context()); req.Body != nil && (t.RewriteBody != nil || sp != nil || req.ContentLength <= 0) {
+		var b []byte
+		var err error
+		if req.ContentLength > 0 {
+			b = make([]byte, req.ContentLength)
+			_, err = io.ReadFull(req.Body, b)
+		} else {
+			b, err = io.ReadAll(req.Body)
+		}
 		req.Body.Close()
 		if err != nil {
 			return nil, err
 		}
-		if t.RewriteBody != nil {
-			b = t.RewriteBody(b)
+		if sp == nil || sp.Len() == 0 {
+			if t.RewriteBody != nil {
+				b = t.RewriteBody(b)
+			}
+			req.Body = io.NopCloser(bytes.NewReader(b))
+			req.ContentLength = int64(len(b))
+			req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
+		} else {
+			open, size := sp.Body(b, t.RewriteBody)
+			req.Body = io.NopCloser(open())
+			req.ContentLength = size
+			req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(open()), nil }
 		}
-		req.Body = io.NopCloser(bytes.NewReader(b))
-		req.ContentLength = int64(len(b))
-		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
 	}
 	x.mu.Lock()
 	x.RequestBytes = int(req.ContentLength)

@@ -132,12 +132,14 @@ type (
 )
 
 // Encode converts a request to the Messages wire format.
-func (a *Adapter) Encode(req *provider.Request) ([]byte, error) {
+func (a *Adapter) Encode(req *provider.Request) ([]byte, error) { return a.encode(req, nil) }
+
+func (a *Adapter) encode(req *provider.Request, sp *provider.Splicer) ([]byte, error) {
 	maxTokens := req.MaxTokens
 	if maxTokens <= 0 {
 		maxTokens = a.cfg.MaxTokens
 	}
-	r := request{Model: a.cfg.Model, MaxTokens: maxTokens, Messages: EncodeMessages(req.Messages), Stream: !a.cfg.NoStream}
+	r := request{Model: a.cfg.Model, MaxTokens: maxTokens, Messages: encodeMessages(req.Messages, sp), Stream: !a.cfg.NoStream}
 	if req.System != "" {
 		r.System = []block{{Type: "text", Text: req.System, Cache: &cacheControl{Type: "ephemeral"}}}
 	}
@@ -160,7 +162,10 @@ func (a *Adapter) Encode(req *provider.Request) ([]byte, error) {
 // EncodeMessages converts the transcript. Tool results, the screen image
 // after them and any corrective text become one user message, tool results
 // first, as the Messages API requires.
-func EncodeMessages(msgs []provider.Message) []message {
+func EncodeMessages(msgs []provider.Message) []message { return encodeMessages(msgs, nil) }
+
+// encodeMessages is EncodeMessages with the screens left as placeholders for sp.
+func encodeMessages(msgs []provider.Message, sp *provider.Splicer) []message {
 	var out []message
 	push := func(role string, bs ...block) {
 		if n := len(out); n > 0 && out[n-1].Role == role {
@@ -203,7 +208,11 @@ func EncodeMessages(msgs []provider.Message) []message {
 		case provider.RoleUser:
 			var bs []block
 			for _, im := range m.Images {
-				bs = append(bs, block{Type: "image", Source: &imageSource{Type: "base64", MediaType: im.MIMEType, Data: im.Base64()}})
+				data := im.Base64()
+				if sp != nil {
+					data = sp.Placeholder(data)
+				}
+				bs = append(bs, block{Type: "image", Source: &imageSource{Type: "base64", MediaType: im.MIMEType, Data: data}})
 			}
 			if m.Text != "" || len(bs) == 0 {
 				t := m.Text
@@ -223,15 +232,19 @@ func (a *Adapter) Stream(ctx context.Context, req *provider.Request, sink provid
 	if sink == nil {
 		sink = provider.NopSink{}
 	}
-	body, err := a.Encode(req)
+	sp := provider.NewSplicer()
+	encoded, err := a.encode(req, sp)
 	if err != nil {
 		return nil, &provider.Error{Class: provider.ClassInvalidRequest, Message: err.Error(), Err: err}
 	}
+	open, size := sp.Body(encoded, nil)
 	ctx, x := provider.WithExchange(ctx)
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, a.endpoint(), bytes.NewReader(body))
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, a.endpoint(), open())
 	if err != nil {
 		return nil, &provider.Error{Class: provider.ClassInvalidRequest, Message: err.Error(), Err: err}
 	}
+	hreq.ContentLength = size
+	hreq.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(open()), nil }
 	hreq.Header.Set("content-type", "application/json")
 	hreq.Header.Set("anthropic-version", APIVersion)
 	hreq.Header.Set("x-api-key", a.cfg.APIKey)
@@ -259,7 +272,7 @@ func (a *Adapter) Stream(ctx context.Context, req *provider.Request, sink provid
 		}
 		return nil, a.transportError(ctx, err, x)
 	}
-	reply.RequestBytes = len(body)
+	reply.RequestBytes = int(size)
 	return reply, nil
 }
 

@@ -63,8 +63,9 @@ func (a *Adapter) Stream(ctx context.Context, req *provider.Request, sink provid
 	if sink == nil {
 		sink = provider.NopSink{}
 	}
-	creq := a.encode(req)
-	ctx, x := provider.WithExchange(ctx)
+	sp := provider.NewSplicer()
+	creq := a.encode(req, sp)
+	ctx, x := provider.WithExchange(provider.WithSplicer(ctx, sp))
 	var (
 		reply *provider.Reply
 		err   error
@@ -81,14 +82,14 @@ func (a *Adapter) Stream(ctx context.Context, req *provider.Request, sink provid
 	return reply, nil
 }
 
-func (a *Adapter) encode(req *provider.Request) goopenai.ChatCompletionRequest {
+func (a *Adapter) encode(req *provider.Request, sp *provider.Splicer) goopenai.ChatCompletionRequest {
 	maxTokens := req.MaxTokens
 	if maxTokens <= 0 {
 		maxTokens = a.cfg.MaxTokens
 	}
 	creq := goopenai.ChatCompletionRequest{
 		Model:    a.cfg.Model,
-		Messages: EncodeMessages(req.System, req.Messages),
+		Messages: encodeMessages(req.System, req.Messages, sp),
 		Stream:   !a.cfg.NoStream,
 	}
 	if a.cfg.MaxCompletionTokensField {
@@ -110,6 +111,11 @@ func (a *Adapter) encode(req *provider.Request) goopenai.ChatCompletionRequest {
 // EncodeMessages converts the transcript to Chat Completions messages. Images
 // travel in user messages only: Chat Completions refuses them in tool messages.
 func EncodeMessages(system string, msgs []provider.Message) []goopenai.ChatCompletionMessage {
+	return encodeMessages(system, msgs, nil)
+}
+
+// encodeMessages is EncodeMessages with the screens left as placeholders for sp.
+func encodeMessages(system string, msgs []provider.Message, sp *provider.Splicer) []goopenai.ChatCompletionMessage {
 	out := make([]goopenai.ChatCompletionMessage, 0, len(msgs)+1)
 	if system != "" {
 		out = append(out, goopenai.ChatCompletionMessage{Role: goopenai.ChatMessageRoleSystem, Content: system})
@@ -126,8 +132,12 @@ func EncodeMessages(system string, msgs []provider.Message) []goopenai.ChatCompl
 				parts = append(parts, goopenai.ChatMessagePart{Type: goopenai.ChatMessagePartTypeText, Text: m.Text})
 			}
 			for _, im := range m.Images {
+				url := im.DataURL()
+				if sp != nil && provider.SpliceSafe(im.MIMEType) {
+					url = sp.Placeholder(url)
+				}
 				parts = append(parts, goopenai.ChatMessagePart{Type: goopenai.ChatMessagePartTypeImageURL,
-					ImageURL: &goopenai.ChatMessageImageURL{URL: im.DataURL(), Detail: goopenai.ImageURLDetailAuto}})
+					ImageURL: &goopenai.ChatMessageImageURL{URL: url, Detail: goopenai.ImageURLDetailAuto}})
 			}
 			out = append(out, goopenai.ChatCompletionMessage{Role: goopenai.ChatMessageRoleUser, MultiContent: parts})
 		case provider.RoleAssistant:
@@ -162,8 +172,16 @@ func nonEmpty(s string) string {
 // the Chat Completions specification names and what strict servers accept.
 // The match is exact: inside a JSON string these quotes would be escaped.
 func nullContentForToolCalls(body []byte) []byte {
-	return bytes.ReplaceAll(body, []byte(`{"role":"assistant","tool_calls":`), []byte(`{"role":"assistant","content":null,"tool_calls":`))
+	if !bytes.Contains(body, toolCallsOnly) {
+		return body
+	}
+	return bytes.ReplaceAll(body, toolCallsOnly, toolCallsNullContent)
 }
+
+var (
+	toolCallsOnly        = []byte(`{"role":"assistant","tool_calls":`)
+	toolCallsNullContent = []byte(`{"role":"assistant","content":null,"tool_calls":`)
+)
 
 func (a *Adapter) stream(ctx context.Context, creq goopenai.ChatCompletionRequest, sink provider.Sink) (*provider.Reply, error) {
 	st, err := a.client.CreateChatCompletionStream(ctx, creq)
