@@ -132,7 +132,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		}
 		stall, _ = time.ParseDuration(f.Stall)
 	}
-	u := s.usage(body, rep)
+	u := usageOf(req, rep)
 	id := "chatcmpl-" + shortHash(body)
 	if req.Stream {
 		s.stream(w, r, req, id, rep, u, stall)
@@ -168,14 +168,31 @@ func (s *Server) serveFault(f *Fault, scenario string, msgs []chatMessage) bool 
 	return true
 }
 
-// usage estimates tokens at four bytes each, the way a tokenizer roughly counts English.
-func (s *Server) usage(body []byte, rep reply) usage {
-	const bytesPerToken = 4
+// Token estimates: four bytes of text per token, the way a tokenizer roughly counts English,
+// and a flat cost per image, as providers bill a phone screenshot.
+const (
+	bytesPerToken = 4
+	imageTokens   = 765
+)
+
+// usageOf estimates the tokens of a request and its reply: text, tool calls and the tool
+// definitions count by their bytes, images by the flat cost (not their base64 size).
+func usageOf(req chatRequest, rep reply) usage {
+	in := len(req.Tools)
+	images := 0
+	for _, m := range req.Messages {
+		in += len(m.text())
+		images += m.images()
+		for _, c := range m.ToolCalls {
+			in += len(c.Function.Name) + len(c.Function.Arguments)
+		}
+	}
 	out := len(rep.content)
 	for _, c := range rep.calls {
 		out += len(c.Function.Name) + len(c.Function.Arguments)
 	}
-	p, c := (len(body)+bytesPerToken-1)/bytesPerToken, (out+bytesPerToken-1)/bytesPerToken
+	p := (in+bytesPerToken-1)/bytesPerToken + images*imageTokens
+	c := (out + bytesPerToken - 1) / bytesPerToken
 	return usage{PromptTokens: p, CompletionTokens: c, TotalTokens: p + c, PromptTokensDetails: &promptTokensDetails{}}
 }
 

@@ -394,3 +394,24 @@ func TestScenarioFilesAreChecked(t *testing.T) {
 		}
 	}
 }
+
+// An image costs a flat number of tokens, not its base64 size.
+func TestUsageCountsImagesFlat(t *testing.T) {
+	llm := startModel(t, builtin(t))
+	big := "data:image/jpeg;base64," + strings.Repeat("A", 400000)
+	msgs := append(opening("set a timer"), openai.ChatCompletionMessage{Role: "user", MultiContent: []openai.ChatMessagePart{
+		{Type: openai.ChatMessagePartTypeText, Text: "the screen"},
+		{Type: openai.ChatMessagePartTypeImageURL, ImageURL: &openai.ChatMessageImageURL{URL: big}},
+	}})
+	with, err := llm.CreateChatCompletion(context.Background(), openai.ChatCompletionRequest{Model: "sim/timer", Messages: msgs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	without, err := llm.CreateChatCompletion(context.Background(), openai.ChatCompletionRequest{Model: "sim/timer", Messages: opening("set a timer")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := with.Usage.PromptTokens - without.Usage.PromptTokens; d < 700 || d > 800 {
+		t.Fatalf("the image added %d prompt tokens, want the flat ~765", d)
+	}
+}

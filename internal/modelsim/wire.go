@@ -54,6 +54,23 @@ func (m chatMessage) text() string {
 	return b.String()
 }
 
+// images counts the image parts of the message.
+func (m chatMessage) images() int {
+	var parts []struct {
+		Type string `json:"type"`
+	}
+	if json.Unmarshal(m.Content, &parts) != nil {
+		return 0
+	}
+	n := 0
+	for _, p := range parts {
+		if p.Type == "image_url" {
+			n++
+		}
+	}
+	return n
+}
+
 type toolCall struct {
 	Index    *int         `json:"index,omitempty"`
 	ID       string       `json:"id,omitempty"`
