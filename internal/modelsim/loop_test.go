@@ -1,0 +1,106 @@
+package modelsim_test
+
+import (
+	"errors"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/clawfarm/clawfarm/internal/contract"
+	"github.com/clawfarm/clawfarm/internal/modelsim"
+	"github.com/clawfarm/clawfarm/internal/rigsim"
+	"github.com/clawfarm/clawfarm/internal/rigsim/phone"
+)
+
+// buildLoop builds the real loop (cmd/loop) once for this test.
+func buildLoop(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "loop")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/clawfarm/clawfarm/cmd/loop").CombinedOutput()
+	if err != nil {
+		t.Fatalf("build cmd/loop: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// runLoop runs one attempt of the real loop against a rig and modelsim, and returns its
+// exit code and termination message.
+func runLoop(t *testing.T, bin, rigURL, modelURL, model, trigger string) (int, *contract.TerminationMessage) {
+	t.Helper()
+	dir := t.TempDir()
+	term := filepath.Join(dir, "termination-log")
+	cmd := exec.Command(bin, "--rig-endpoint", rigURL+"/mcp", "--trigger", trigger,
+		"--model-provider", "openai-compatible", "--model", model, "--model-base-url", modelURL+"/v1",
+		"--state-dir", dir, "--termination-log", term, "--session-seconds", "120")
+	cmd.Env = append(os.Environ(), "CLAWFARM_MODEL_API_KEY=modelsim")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	code := 0
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		code = exit.ExitCode()
+	} else if err != nil {
+		t.Fatalf("run the loop: %v", err)
+	}
+	b, err := os.ReadFile(term)
+	if err != nil {
+		t.Fatalf("no termination message (exit %d): %v\n%s", code, err, stderr.String())
+	}
+	m, err := contract.DecodeTerminationMessage(b)
+	if err != nil {
+		t.Fatalf("termination message: %v", err)
+	}
+	return code, m
+}
+
+// Every built-in scenario through the real loop: the sentinel, its exit code and the ground truth.
+func TestScenariosThroughTheRealLoop(t *testing.T) {
+	bin := buildLoop(t)
+	model := httptest.NewServer(modelsim.NewServer(builtin(t)).Handler())
+	defer model.Close()
+	cases := []struct {
+		model, trigger string
+		cfg            rigsim.Config
+		want           contract.Sentinel
+		check          func(s phone.State) bool
+	}{
+		{"sim/timer", "Set a 5 minute timer.", rigsim.Config{}, contract.Done, func(s phone.State) bool { return s.Timer.Running && s.Timer.DurationSeconds == 300 }},
+		{"sim/timer", "Set a 5 minute timer.", rigsim.Config{Phone: rigsim.PhoneConfig{Locked: true}}, contract.Done, func(s phone.State) bool { return !s.Locked && s.Timer.Running }},
+		{"sim/wifi", "Turn Wi-Fi off.", rigsim.Config{}, contract.Done, func(s phone.State) bool { return !s.WiFi }},
+		{"sim/shop", "Order coffee beans.", rigsim.Config{}, contract.Done, func(s phone.State) bool { return len(s.Shop.Orders) == 1 }},
+		{"sim/soldout", "Buy headphones.", rigsim.Config{}, contract.Fail, func(s phone.State) bool { return len(s.Shop.Orders) == 0 && len(s.Shop.Cart) == 0 }},
+		{"sim/idle", "Check for new messages.", rigsim.Config{}, contract.Idle, func(s phone.State) bool { return len(s.Messages.Sent) == 0 }},
+		{"sim/stuck", "Set a timer.", rigsim.Config{Phone: rigsim.PhoneConfig{Locked: true, Passcode: "246810"}}, contract.Stuck, func(s phone.State) bool { return s.Locked }},
+	}
+	for _, c := range cases {
+		t.Run(c.model, func(t *testing.T) {
+			rig := startSimRig(t, c.cfg)
+			code, m := runLoop(t, bin, rig.url, model.URL, c.model, c.trigger)
+			if m.Sentinel != c.want || code != m.ExitCode() {
+				t.Fatalf("ended %s (exit %d, %q), want %s", m.Sentinel, code, m.Recap, c.want)
+			}
+			if s := rig.state(t); !c.check(s) {
+				t.Fatalf("ground truth after %s: %+v", c.want, s)
+			}
+		})
+	}
+	t.Run("sim/message then its follow-up", func(t *testing.T) {
+		rig := startSimRig(t, rigsim.Config{})
+		code, m := runLoop(t, bin, rig.url, model.URL, "sim/message", "Ask Ana what time dinner is tomorrow.")
+		if m.Sentinel != contract.Wait || code != contract.ExitWait {
+			t.Fatalf("ended %s (exit %d, %q), want WAIT", m.Sentinel, code, m.Recap)
+		}
+		if s := rig.state(t); len(s.Messages.Sent) != 1 {
+			t.Fatalf("sent %+v", s.Messages.Sent)
+		}
+		rig.advance(t, 300)
+		code, m = runLoop(t, bin, rig.url, model.URL, "sim/message", "Follow-up. The last session said: "+m.Recap)
+		if m.Sentinel != contract.Done || code != contract.ExitDone || !strings.Contains(m.Recap, "7pm") {
+			t.Fatalf("the follow-up ended %s (exit %d, %q), want DONE", m.Sentinel, code, m.Recap)
+		}
+	})
+}
