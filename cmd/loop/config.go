@@ -39,7 +39,9 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 		if errors.Is(err, flag.ErrHelp) {
 			return config{}, errHelp
 		}
-		return config{}, fmt.Errorf("bad command line: %w (the API key is read from %s only)", err, contract.SettingModelAPIKey.Env)
+		var c config
+		c.TerminationLog = strings.TrimSpace(getenv(contract.SettingTerminationLog.Env))
+		return c, fmt.Errorf("bad command line: %w (the API key is read from %s only)", err, contract.SettingModelAPIKey.Env)
 	}
 	if fs.NArg() > 0 {
 		return config{}, fmt.Errorf("unexpected arguments %q: every setting is a --flag or an environment variable", fs.Args())
@@ -55,6 +57,11 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 
 	var c config
 	var err error
+	// First, so a bad configuration can be reported there.
+	c.TerminationLog = get(contract.SettingTerminationLog)
+	if c.TerminationLog == "" {
+		c.TerminationLog = contract.DefaultTerminationLog
+	}
 	num := func(s contract.Setting, def, lo int) int {
 		v := get(s)
 		if v == "" || err != nil {
@@ -127,10 +134,6 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 			return c, fmt.Errorf("%s: %q is not true or false", name(contract.SettingResume), v)
 		}
 		c.Resume = b
-	}
-	c.TerminationLog = get(contract.SettingTerminationLog)
-	if c.TerminationLog == "" {
-		c.TerminationLog = contract.DefaultTerminationLog
 	}
 	return c, nil
 }

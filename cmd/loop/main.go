@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -42,8 +43,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "loop: bad configuration: %v\n", err)
-		return contract.ExitInvalidConfig
+		return badConfig(cfg, err, stderr)
 	}
 	red := redact.New(cfg.APIKey)
 	logf := func(format string, a ...any) {
@@ -55,8 +55,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		IdleTimeout: time.Duration(cfg.ModelTimeoutSeconds) * time.Second,
 	})
 	if err != nil {
-		logf("bad configuration: %v", err)
-		return contract.ExitInvalidConfig
+		return badConfig(cfg, err, stderr)
 	}
 	if cfg.Resume {
 		logf("resume requested: this engine keeps no snapshots yet, so the attempt starts fresh")
@@ -85,14 +84,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		em.Emit(events.Done(msg))
 	} else {
 		defer rc.Close()
-		s := engine.New(engine.Config{
+		msg = runSession(ctx, engine.Config{
 			Run: cfg.Run, Attempt: cfg.Attempt, Trigger: cfg.Trigger,
 			MaxTurns: cfg.MaxTurns, SessionBudget: budget, ContextWindow: cfg.ContextWindow,
 			Provider: model, Rig: rc, Events: em, Progress: sink, Redactor: red,
 			Hooks: hooks.Chain{hooks.NewDenyTools(cfg.DenyTools)},
 			Logf:  logf,
-		})
-		msg = s.Run(ctx)
+		}, logf)
 	}
 	if patcher != nil {
 		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -103,4 +101,32 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		logf("%v", err)
 	}
 	return msg.ExitCode()
+}
+
+// runSession runs the engine, turning a panic into a retryable STUCK: Go
+// exits a panicking process with code 2, which the operator would read as
+// bad configuration.
+func runSession(ctx context.Context, cfg engine.Config, logf func(string, ...any)) (msg contract.TerminationMessage) {
+	defer func() {
+		if r := recover(); r != nil {
+			logf("engine crashed: %v\n%s", r, debug.Stack())
+			msg = contract.TerminationMessage{Sentinel: contract.Stuck, Retryable: true, ExitReason: contract.ReasonFatalError,
+				Recap: cfg.Redactor.String(fmt.Sprintf("stopped: the engine crashed: %v", r))}
+		}
+	}()
+	return engine.New(cfg).Run(ctx)
+}
+
+// badConfig reports a setting the loop cannot use: on stderr, and as plain
+// text in the termination log (not the JSON message: there is no sentinel),
+// so it shows in the pod's status. Exit code 2.
+func badConfig(cfg config, err error, stderr io.Writer) int {
+	text := redact.New(cfg.APIKey).String("loop: bad configuration: " + err.Error())
+	fmt.Fprintln(stderr, text)
+	path := cfg.TerminationLog
+	if path == "" {
+		path = contract.DefaultTerminationLog
+	}
+	_ = os.WriteFile(path, []byte(text), 0o644)
+	return contract.ExitInvalidConfig
 }

@@ -237,7 +237,8 @@ func TestBadConfiguration(t *testing.T) {
 		{"no key flag", nil, []string{"--api-key", key}, "CLAWFARM_MODEL_API_KEY"},
 	}
 	for _, c := range cases {
-		env := map[string]string{}
+		logPath := filepath.Join(t.TempDir(), "termination-log")
+		env := map[string]string{"CLAWFARM_TERMINATION_LOG": logPath}
 		for k, v := range good {
 			env[k] = v
 		}
@@ -251,6 +252,9 @@ func TestBadConfiguration(t *testing.T) {
 		}
 		if strings.Contains(errb.String(), key) {
 			t.Errorf("%s: the key leaked into stderr", c.name)
+		}
+		if b, _ := os.ReadFile(logPath); c.names != "CLAWFARM_TERMINATION_LOG" && !strings.Contains(string(b), "bad configuration") {
+			t.Errorf("%s: termination log %q", c.name, b)
 		}
 	}
 }
