@@ -2,8 +2,9 @@
 // tools, the engine validates and runs them, feeds the results back and asks
 // again, until the session closes itself with a sentinel or a limit ends it.
 //
-// loop.go tells the story in one function; each step is a method beside it
-// and each rule is a named policy in its own package: turnshape (the
+// loop.go tells the story in one function; each step is a method in a file
+// of its own name (start, prepare, ask, judge, dispatch, finish), and each
+// rule is a named policy in its own package: turnshape (the
 // [note, one-other] rule), repair (one result per call), validate (JSON
 // schema), breaker and backoff (provider failures), tokens (preflight),
 // compaction (overflow), hooks (interception and the deny-list), events (the

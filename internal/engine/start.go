@@ -1,0 +1,69 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/clawfarm/clawfarm/internal/contract"
+	"github.com/clawfarm/clawfarm/internal/engine/events"
+	"github.com/clawfarm/clawfarm/internal/engine/hooks"
+	"github.com/clawfarm/clawfarm/internal/provider"
+)
+
+// start builds the system prompt, the tool list and the opening message.
+func (s *Session) start(ctx context.Context) {
+	s.deadline = s.cfg.Clock.Now().Add(s.cfg.SessionBudget)
+	local := s.cfg.Tools.Specs()
+	s.tools = append(s.tools, local...)
+	for _, t := range s.cfg.Rig.Tools() {
+		if _, shadowed := s.cfg.Tools.Lookup(t.Name); shadowed {
+			s.cfg.Logf("rig tool %s is shadowed by the engine tool of the same name", t.Name)
+			continue
+		}
+		s.tools = append(s.tools, t)
+		s.rigTools[t.Name] = true
+	}
+	names := make([]string, 0, len(s.tools))
+	for _, t := range s.tools {
+		names = append(names, t.Name)
+		if err := s.validator.Add(t.Name, t.Schema); err != nil {
+			s.cfg.Logf("%v; its calls are checked only for being a JSON object", err)
+		}
+	}
+	s.system = systemPrompt(s.cfg.Rig.Instructions(), s.cfg.ExtraSystem)
+	s.transcript = append(s.transcript, provider.Message{Role: provider.RoleUser, Text: s.cfg.Trigger})
+	s.emit(events.SessionStart(s.cfg.Run, s.cfg.Attempt, s.cfg.Provider.Name(), s.cfg.Provider.Model(), names))
+	s.cfg.Hooks.SessionStart(ctx, hooks.Session{Run: s.cfg.Run, Attempt: s.cfg.Attempt,
+		Provider: s.cfg.Provider.Name(), Model: s.cfg.Provider.Model(), Tools: names})
+}
+
+// checkLimits ends the session on cancel or budget, and gives one last
+// chance to close when the turn limit is reached.
+func (s *Session) checkLimits(ctx context.Context) *Ending {
+	if ctx.Err() != nil {
+		return s.cancelled()
+	}
+	if !s.cfg.Clock.Now().Before(s.deadline) {
+		return s.budgetSpent()
+	}
+	if s.state.Turn < s.cfg.MaxTurns {
+		return nil
+	}
+	if s.lastChance {
+		return stuck(contract.ReasonMaxRounds, fmt.Sprintf("stopped at the turn limit (%d turns) without closing the session", s.cfg.MaxTurns))
+	}
+	s.lastChance = true
+	s.transcript = append(s.transcript, provider.Message{Role: provider.RoleUser, Text: fmt.Sprintf(
+		"You have used all %d turns of this session. Close it now: call note and end_session with the status that fits "+
+			"(STUCK if the task is unfinished) and a recap of where things stand. No other tool will run.", s.cfg.MaxTurns)})
+	return nil
+}
+
+func (s *Session) cancelled() *Ending {
+	return stuck(contract.ReasonUserCancel, "stopped: the attempt was cancelled (SIGTERM)")
+}
+
+func (s *Session) budgetSpent() *Ending {
+	return &Ending{Sentinel: contract.Stuck, Reason: contract.ReasonBudgetExhausted, Retryable: false,
+		Recap: fmt.Sprintf("stopped: the session budget of %s is spent", s.cfg.SessionBudget)}
+}
