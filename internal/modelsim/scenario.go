@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/clawfarm/clawfarm/internal/contract"
 )
 
 // Scenario is a scripted agent: one or more sessions, each a list of steps. The session is
@@ -92,8 +94,10 @@ var Misbehaviours = []string{
 	"text_only",      // prose and no tool calls (finish_reason stop)
 }
 
-// Sentinels are the statuses end_session takes (internal/contract).
-var Sentinels = []string{"DONE", "FAIL", "WAIT", "IDLE", "STUCK"}
+// isSentinel reports whether s is one of the statuses end_session takes, spelled as the contract spells it.
+func isSentinel(s string) bool {
+	return slices.Contains(contract.Sentinels, contract.Sentinel(s))
+}
 
 // Validate checks that each step does exactly one thing, and does it with sane arguments.
 func (s *Scenario) Validate() error {
@@ -129,8 +133,8 @@ func (st Step) validate() error {
 	if st.Misbehave != "" && !slices.Contains(Misbehaviours, st.Misbehave) {
 		return fmt.Errorf("misbehave %q: want one of %s", st.Misbehave, strings.Join(Misbehaviours, ", "))
 	}
-	if st.End != nil && !slices.Contains(Sentinels, st.End.Status) {
-		return fmt.Errorf("end status %q: want one of %s", st.End.Status, strings.Join(Sentinels, ", "))
+	if st.End != nil && !isSentinel(st.End.Status) {
+		return fmt.Errorf("end status %q: want one of DONE, FAIL, WAIT, IDLE, STUCK", st.End.Status)
 	}
 	if st.Swipe != nil && st.Swipe.Label == "" && len(st.Swipe.BBox) != 4 {
 		return fmt.Errorf("swipe needs a label or a bbox of 4 numbers")

@@ -22,7 +22,7 @@ type testRig struct {
 	cs  *mcp.ClientSession
 }
 
-func startRig(t *testing.T, cfg Config) *testRig {
+func startRig(t testing.TB, cfg Config) *testRig {
 	t.Helper()
 	r := New("test", cfg)
 	srv := httptest.NewServer(r.Handler())
@@ -30,7 +30,7 @@ func startRig(t *testing.T, cfg Config) *testRig {
 	return &testRig{rig: r, url: srv.URL, cs: connect(t, srv.URL+"/mcp")}
 }
 
-func connect(t *testing.T, endpoint string) *mcp.ClientSession {
+func connect(t testing.TB, endpoint string) *mcp.ClientSession {
 	t.Helper()
 	c := mcp.NewClient(&mcp.Implementation{Name: "rigsim-test", Version: "0"}, nil)
 	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: endpoint, DisableStandaloneSSE: true, MaxRetries: -1}, nil)
