@@ -29,7 +29,7 @@ const shutdownGrace = 5 * time.Second
 
 func run(args []string) error {
 	fs := flag.NewFlagSet("modelsim", flag.ContinueOnError)
-	listen := fs.String("listen", ":8049", "address to listen on")
+	listen := fs.String("listen", ":8090", "address to listen on")
 	dir := fs.String("scenarios", "", "a folder of scenario files (YAML or JSON) to add to, or replace, the built-in ones")
 	if err := fs.Parse(args); err != nil {
 		return err
