@@ -1,7 +1,11 @@
 package rigsim
 
 import (
+	"image/jpeg"
+	"io"
+	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 )
 
@@ -28,5 +32,31 @@ func TestFarmServesRigsByPath(t *testing.T) {
 	getJSON(t, srv.URL+"/rigs/rig-2/api/status", &st)
 	if !st.Ready {
 		t.Fatalf("rig-2 status %+v", st)
+	}
+}
+
+// The debug views show the screen without touching the phone.
+func TestScreenEndpoints(t *testing.T) {
+	tr := startRig(t, Config{})
+	before := tr.state(t).Touches
+	resp, err := http.Get(tr.url + "/api/sim/screen")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if rows := parseListing(t, strings.TrimSpace(string(b))); !has(rows, "Clock") {
+		t.Fatalf("GET /api/sim/screen = %q", b)
+	}
+	resp, err = http.Get(tr.url + "/api/sim/screen.jpg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if _, err := jpeg.Decode(resp.Body); err != nil || resp.Header.Get("Content-Type") != "image/jpeg" {
+		t.Fatalf("GET /api/sim/screen.jpg: %v %s", err, resp.Header.Get("Content-Type"))
+	}
+	if tr.state(t).Touches != before {
+		t.Fatal("looking at the screen touched the phone")
 	}
 }
