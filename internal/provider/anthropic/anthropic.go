@@ -422,8 +422,9 @@ func decodeStream(body io.Reader, sink provider.Sink) (*provider.Reply, error) {
 
 // replyBuilder assembles content blocks into the normalised message.
 type replyBuilder struct {
+	split provider.ThinkSplitter
 	msg   provider.Message
-	text_ strings.Builder
+	body  strings.Builder
 	think strings.Builder
 	cur   *pendingCall
 	calls []provider.ToolCall
@@ -455,8 +456,15 @@ func (b *replyBuilder) stop() {
 }
 
 func (b *replyBuilder) text(s string, sink provider.Sink) {
-	b.text_.WriteString(s)
-	sink.Text(s)
+	t, r := b.split.Feed(s)
+	b.body.WriteString(t)
+	b.think.WriteString(r)
+	if t != "" {
+		sink.Text(t)
+	}
+	if r != "" {
+		sink.Thinking(r)
+	}
 }
 
 func (b *replyBuilder) thinking(s string, sink provider.Sink) {
@@ -465,10 +473,12 @@ func (b *replyBuilder) thinking(s string, sink provider.Sink) {
 }
 
 func (b *replyBuilder) reply(stop string) *provider.Reply {
-	text, tagged := provider.SplitThink(b.text_.String())
+	t, r := b.split.Flush()
+	b.body.WriteString(t)
+	b.think.WriteString(r)
 	b.msg.Role = provider.RoleAssistant
-	b.msg.Text = text
-	b.msg.Reasoning = strings.TrimSpace(b.think.String() + tagged)
+	b.msg.Text = strings.TrimSpace(b.body.String())
+	b.msg.Reasoning = strings.TrimSpace(b.think.String())
 	b.msg.ToolCalls = b.calls
 	return &provider.Reply{
 		Message:      b.msg,

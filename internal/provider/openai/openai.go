@@ -229,6 +229,9 @@ func (a *Adapter) stream(ctx context.Context, creq goopenai.ChatCompletionReques
 			if d.Content != "" {
 				emit(split.Feed(d.Content))
 			}
+			if d.Refusal != "" {
+				emit(d.Refusal, "")
+			}
 			for i, tc := range d.ToolCalls {
 				acc.add(i, tc)
 			}
