@@ -88,6 +88,28 @@ func TestScenariosThroughTheRealLoop(t *testing.T) {
 			}
 		})
 	}
+	// Misbehaviour: the loop rejects every wrong turn and the task still gets done; a flaky
+	// provider (429 with Retry-After, 500, a slow first byte, a stalled stream) is retried through.
+	extra := httptest.NewServer(modelsim.NewServer(testScenarios(t)).Handler())
+	defer extra.Close()
+	for _, c := range []struct {
+		model string
+		check func(s phone.State) bool
+	}{
+		{"sim/misbehave", func(s phone.State) bool { return !s.WiFi }},
+		{"sim/flaky-provider", func(s phone.State) bool { return s.Timer.Running && s.Timer.DurationSeconds == 60 }},
+	} {
+		t.Run(c.model, func(t *testing.T) {
+			rig := startSimRig(t, rigsim.Config{})
+			code, m := runLoop(t, bin, rig.url, extra.URL, c.model, "go")
+			if m.Sentinel != contract.Done || code != contract.ExitDone {
+				t.Fatalf("ended %s (exit %d, %q, %s), want DONE", m.Sentinel, code, m.Recap, m.ExitReason)
+			}
+			if s := rig.state(t); !c.check(s) {
+				t.Fatalf("ground truth: %+v", s)
+			}
+		})
+	}
 	t.Run("sim/message then its follow-up", func(t *testing.T) {
 		rig := startSimRig(t, rigsim.Config{})
 		code, m := runLoop(t, bin, rig.url, model.URL, "sim/message", "Ask Ana what time dinner is tomorrow.")
