@@ -530,3 +530,38 @@ func TestProgressIsReportedAndSecretFree(t *testing.T) {
 		t.Error("the key reached the events")
 	}
 }
+
+// planTail is a part-2-shaped policy: a message pinned to the tail of every request.
+type planTail struct{}
+
+func (planTail) Tail(s *engine.State) []provider.Message {
+	return []provider.Message{{Role: provider.RoleUser, Text: "PLAN: step 1 in progress; scratchpad: " + s.Scratchpad}}
+}
+
+func TestPartTwoPlugPoints(t *testing.T) {
+	withPad := pt.Step{Calls: []pt.Call{{Name: "note", Args: `{"summary":"s","scratchpad":"remember the code 42"}`}, {Name: "wait", Args: `{"seconds":2}`}}}
+	h := newHarness(t, withPad, end("DONE"))
+	h.cfg.Pinned = planTail{}
+	reg := engine.NewRegistry()
+	waited := 0
+	reg.MustRegister(engine.LocalTool{
+		Spec: provider.ToolSpec{Name: "wait", Schema: json.RawMessage(`{"type":"object","properties":{"seconds":{"type":"integer","minimum":1,"maximum":60}},"required":["seconds"]}`)},
+		Run: func(_ context.Context, c *engine.Call) engine.Output {
+			waited++
+			return engine.Output{Text: "waited"}
+		},
+	})
+	h.cfg.Tools = reg
+	want(t, h.run(context.Background()), contract.Done, contract.ReasonEndTurn, 0)
+	if waited != 1 {
+		t.Errorf("registered tool ran %d times", waited)
+	}
+	if !strings.Contains(string(h.model.Body(1)), "remember the code 42") {
+		t.Error("the pinned tail did not reach the request")
+	}
+	for _, m := range h.sess.Transcript() {
+		if strings.HasPrefix(m.Text, "PLAN:") {
+			t.Error("the pinned tail entered the transcript")
+		}
+	}
+}
