@@ -96,6 +96,7 @@ var overflowPhrases = []string{
 	"context length", "context_length", "maximum context", "context window",
 	"prompt is too long", "input is too long", "too many tokens", "reduce the length",
 	"maximum prompt length", "exceeds the limit of", "request too large", "string too long",
+	"input token count",
 }
 
 // Classify maps an HTTP status and the vendor's error type and message to a class.
@@ -110,7 +111,7 @@ func Classify(status int, errType, message string) ErrorClass {
 		return false
 	}
 	switch {
-	case has("insufficient_quota", "billing", "credit balance", "payment required", "exceeded your current quota"):
+	case has("insufficient_quota", "billing_hard_limit", "credit balance", "payment required", "exceeded your current quota", "insufficient balance"):
 		return ClassBilling
 	case status == http.StatusTooManyRequests || has("rate_limit", "rate limit"):
 		return ClassRateLimit
