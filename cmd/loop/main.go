@@ -33,8 +33,12 @@ func main() {
 	os.Exit(code)
 }
 
-// rigReconnectWindow is how long the rig may stay unreachable (0: the rig client's default).
-var rigReconnectWindow time.Duration
+// Test seams: how long the rig may stay unreachable (0: the rig client's
+// default), and the session's clock (nil: the wall clock).
+var (
+	rigReconnectWindow time.Duration
+	sessionClock       engine.Clock
+)
 
 // run is main without the process: settings in, exit code out.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
@@ -88,8 +92,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			Run: cfg.Run, Attempt: cfg.Attempt, Trigger: cfg.Trigger,
 			MaxTurns: cfg.MaxTurns, SessionBudget: budget, ContextWindow: cfg.ContextWindow,
 			Provider: model, Rig: rc, Events: em, Progress: sink, Redactor: red,
-			Hooks: hooks.Chain{hooks.NewDenyTools(cfg.DenyTools)},
-			Logf:  logf,
+			Hooks: hooks.Chain{hooks.NewDenyTools(cfg.DenyTools)}, Clock: sessionClock,
+			Logf: logf,
 		}, logf)
 	}
 	if patcher != nil {

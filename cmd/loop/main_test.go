@@ -270,3 +270,33 @@ func TestFlagWinsOverEnv(t *testing.T) {
 		t.Errorf("config %+v", c.Settings)
 	}
 }
+
+// instantClock makes waits (backoff, the breaker's cool-down) take no time.
+type instantClock struct{ now time.Time }
+
+func (c *instantClock) Now() time.Time { return c.now }
+func (c *instantClock) Sleep(ctx context.Context, d time.Duration) error {
+	c.now = c.now.Add(d)
+	return ctx.Err()
+}
+
+func TestCircuitBreakerInProcess(t *testing.T) {
+	sessionClock = &instantClock{now: time.Now()}
+	defer func() { sessionClock = nil }()
+	model := pt.OpenAI(uniq(pt.Step{Status: 503, ErrType: "server_error", ErrMessage: "unavailable"}))
+	defer model.Close()
+	r1 := rigtest.New()
+	defer r1.Close()
+	env := map[string]string{}
+	for _, e := range loopEnv(t, model.URL, r1.Endpoint()) {
+		k, v, _ := strings.Cut(e, "=")
+		env[k] = v
+	}
+	var out, errb bytes.Buffer
+	code := run(context.Background(), nil, func(k string) string { return env[k] }, &out, &errb)
+	b, _ := os.ReadFile(env["CLAWFARM_TERMINATION_LOG"])
+	m, err := contract.DecodeTerminationMessage(b)
+	if code != 12 || err != nil || m.ExitReason != contract.ReasonCircuitBreaker || model.Requests() != 10 {
+		t.Fatalf("exit %d message %s (%v), %d requests", code, b, err, model.Requests())
+	}
+}
