@@ -10,6 +10,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"time"
+
+	"github.com/clawfarm/clawfarm/internal/contract"
 )
 
 // Role is who wrote a message.
@@ -162,8 +164,9 @@ type Options struct {
 
 // Defaults for Options.
 const (
-	// DefaultIdleTimeout is the model idle window (seed 001/004: "预设上限为 120 秒").
-	DefaultIdleTimeout = 120 * time.Second
+	// DefaultIdleTimeout is the model idle window (seeds 001/004: "预设上限为 120 秒"),
+	// as the pod contract's default for --model-timeout-seconds.
+	DefaultIdleTimeout = contract.DefaultModelTimeoutSeconds * time.Second
 	// DefaultRequestTimeout bounds a whole model request (ours: generous, the idle
 	// watchdog catches stalls long before it).
 	DefaultRequestTimeout = 10 * time.Minute
