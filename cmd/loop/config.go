@@ -84,7 +84,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	c.ContextWindow = num(contract.SettingContextWindow, contract.DefaultContextWindow, 1000)
 	c.MaxTurns = num(contract.SettingMaxTurns, contract.DefaultMaxTurns, 1)
 	c.SessionSeconds = num(contract.SettingSessionSeconds, contract.DefaultSessionSeconds, 1)
-	c.ModelTimeoutSeconds = num(contract.SettingModelTimeout, contract.DefaultModelTimeoutSeconds, 1)
+	c.ModelTimeoutSeconds = num(contract.SettingModelTimeout, 0, 1) // 0: the preset's default
 	if err != nil {
 		return c, err
 	}

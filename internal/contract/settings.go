@@ -33,7 +33,7 @@ var (
 	SettingTerminationLog = Setting{"termination-log", "CLAWFARM_TERMINATION_LOG", "where the termination message is written"}
 	// SettingModelTimeout was added after v1's first draft (additive): the
 	// model idle timeout, configurable per provider.
-	SettingModelTimeout = Setting{"model-timeout-seconds", "CLAWFARM_MODEL_TIMEOUT_SECONDS", "model idle timeout in seconds: a reply that sends nothing for this long is retried (default 120)"}
+	SettingModelTimeout = Setting{"model-timeout-seconds", "CLAWFARM_MODEL_TIMEOUT_SECONDS", "model idle timeout in seconds: a reply that sends nothing for this long is retried (default 120; 300 for openai-compatible)"}
 )
 
 // AllSettings lists every setting in contract order.

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/clawfarm/clawfarm/internal/provider"
 	"github.com/clawfarm/clawfarm/internal/provider/anthropic"
@@ -31,7 +32,15 @@ type Preset struct {
 	NeedsKey bool
 	// MaxCompletionTokensField: see openai.Config.
 	MaxCompletionTokensField bool
+	// IdleTimeout is the preset's model idle timeout when the run sets none
+	// (0: provider.DefaultIdleTimeout).
+	IdleTimeout time.Duration
 }
+
+// LocalIdleTimeout is the idle timeout of self-hosted servers (ours: Ollama
+// and vLLM may load a model before the first token; seeds 001/004 say to
+// raise the provider's timeout for slow local providers).
+const LocalIdleTimeout = 300 * time.Second
 
 // OpenAICompatible is the preset for any OpenAI-compatible base URL.
 const OpenAICompatible = "openai-compatible"
@@ -43,7 +52,7 @@ var all = map[string]Preset{
 	"moonshot":       {Name: "moonshot", Wire: ChatCompletions, BaseURL: "https://api.moonshot.ai/v1", NeedsKey: true},
 	"deepseek":       {Name: "deepseek", Wire: ChatCompletions, BaseURL: "https://api.deepseek.com/v1", NeedsKey: true},
 	"google":         {Name: "google", Wire: ChatCompletions, BaseURL: "https://generativelanguage.googleapis.com/v1beta/openai", NeedsKey: true},
-	OpenAICompatible: {Name: OpenAICompatible, Wire: ChatCompletions},
+	OpenAICompatible: {Name: OpenAICompatible, Wire: ChatCompletions, IdleTimeout: LocalIdleTimeout},
 }
 
 // Names lists the presets.
@@ -73,6 +82,9 @@ func New(name string, o provider.Options) (provider.Provider, error) {
 	}
 	if o.BaseURL == "" {
 		o.BaseURL = p.BaseURL
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = p.IdleTimeout
 	}
 	if o.BaseURL == "" {
 		return nil, fmt.Errorf("the %s provider needs a base URL (the server's /v1 URL, e.g. http://vllm:8000/v1)", p.Name)
