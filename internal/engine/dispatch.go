@@ -25,16 +25,28 @@ func (s *Session) dispatch(ctx context.Context, calls []provider.ToolCall) *Endi
 		acted      bool // the non-note call ran
 		modelFault bool // the non-note call was refused for the model's own output
 	)
+	var broken error // the rig is gone or the context ended mid-call: no later call runs
 	for _, c := range calls {
 		hc := hooks.ToolCall{Turn: s.state.Turn, ID: c.ID, Name: c.Name, Args: json.RawMessage(c.Arguments)}
 		s.emit(events.ToolStart(s.state.Turn, c.Name, c.ID, hc.Args))
-		res, blocked, fault, end, err := s.runCall(ctx, hc, c.Arguments)
+		var (
+			res            hooks.ToolResult
+			blocked, fault bool
+			end            *Ending
+			err            = broken
+		)
+		if err == nil {
+			res, blocked, fault, end, err = s.runCall(ctx, hc, c.Arguments)
+		}
 		if err != nil {
-			// The rig is gone (or the context ended mid-call): record, then end.
+			// Record, then end after the turn's results are complete.
+			broken = err
 			s.transcript = append(s.transcript, provider.Message{Role: provider.RoleTool, ToolCallID: c.ID, ToolName: c.Name, IsError: true, Text: "not completed: " + err.Error()})
-			if errors.Is(err, rig.ErrUnavailable) {
+			switch {
+			case ending != nil: // the first failure decides
+			case errors.Is(err, rig.ErrUnavailable):
 				ending = stuck(contract.ReasonRigUnavailable, "stopped: "+err.Error())
-			} else {
+			default:
 				ending = s.cancelled()
 			}
 			s.emit(events.ToolResult(s.state.Turn, c.Name, c.ID, err.Error(), true, 0, false))

@@ -21,14 +21,12 @@ func (s *Session) judge(ctx context.Context, reply *provider.Reply) (calls []pro
 	}
 	msg := reply.Message
 	msg.ToolCalls = uniqueCallIDs(msg.ToolCalls, s.state.Turn)
+	calls = append([]provider.ToolCall(nil), msg.ToolCalls...) // the raw arguments, for the error results
 	for i := range msg.ToolCalls {
-		if !json.Valid([]byte(msg.ToolCalls[i].Arguments)) {
-			// Keep the transcript acceptable to strict servers; the raw text goes into the error result.
-			calls = append(calls, msg.ToolCalls[i])
+		// Strict servers parse the arguments they are sent back: keep only a JSON object.
+		if !isJSONObject(msg.ToolCalls[i].Arguments) {
 			msg.ToolCalls[i].Arguments = "{}"
-			continue
 		}
-		calls = append(calls, msg.ToolCalls[i])
 	}
 	s.transcript = append(s.transcript, msg)
 
@@ -118,4 +116,9 @@ func uniqueCallIDs(calls []provider.ToolCall, turn int) []provider.ToolCall {
 		out[i] = c
 	}
 	return out
+}
+
+func isJSONObject(s string) bool {
+	var m map[string]json.RawMessage
+	return json.Unmarshal([]byte(s), &m) == nil && m != nil
 }
