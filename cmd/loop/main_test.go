@@ -300,3 +300,19 @@ func TestCircuitBreakerInProcess(t *testing.T) {
 		t.Fatalf("exit %d message %s (%v), %d requests", code, b, err, model.Requests())
 	}
 }
+
+func TestEndToEndAnthropic(t *testing.T) {
+	model := pt.Anthropic(uniq(pt.Step{Reasoning: "look first", Calls: []pt.Call{note, peek}}, closing("DONE")))
+	defer model.Close()
+	r1 := rigtest.New()
+	defer r1.Close()
+	env := append(loopEnv(t, model.URL, r1.Endpoint()), "CLAWFARM_MODEL_PROVIDER=anthropic", "CLAWFARM_MODEL_BASE_URL="+model.URL)
+	res := runChild(t, env, nil, nil)
+	check(t, res, 0, contract.Done, contract.ReasonEndTurn)
+	if !strings.Contains(res.stdout, `"type":"thinking"`) {
+		t.Error("no thinking events")
+	}
+	if model.Header(0).Get("x-api-key") != key {
+		t.Error("the key was not sent as x-api-key")
+	}
+}
