@@ -64,7 +64,7 @@ test-race: k8s ## Run the concurrent packages under the race detector.
 
 .PHONY: bench-operator
 bench-operator: k8s ## Operator benchmark: 200 rigs, 1,000 runs on envtest.
-	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh --print) CLAWFARM_BENCH=1 $(GO) test -run '^TestBenchOperator$$' -v -timeout 30m ./test/bench/
+	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh --print) $(GO) test -tags bench -v -run '^TestBenchOperator$$' -count=1 -timeout 30m ./test/bench/
 
 .PHONY: bench-engine
 bench-engine: ## Engine benchmark: a 300-turn scripted session.

@@ -137,7 +137,8 @@ type step struct {
 	heldRig string        // the rig whose Lease the run holds ("" for none)
 	rig     *farmv1.DeviceRig
 
-	wakeAt time.Time
+	wakeAt     time.Time
+	justLeased bool
 }
 
 func (s *step) wake(t time.Time) {
@@ -228,13 +229,23 @@ func (s *step) recordEnded(ctx context.Context) error {
 			s.materialiseJobs(ctx, pod.Labels[farmv1.LabelRig], o)
 		}
 		v := attempt.Apply(s.run, rec, o)
+		if !v.Phase.Finished() {
+			s.ev.attemptEnded(s.run, pod, rec) // a final phase's own event says how the run ended
+		}
 		s.enter(v, o)
 		attemptsEnded.WithLabelValues(rec.Outcome).Inc()
-		s.ev.attemptEnded(s.run, pod, rec)
 		done = append(done, ending{pod, o.Evict})
 		recorded = true
 	}
 	if recorded {
+		// A run that no longer needs its rig gives it back in the same write
+		// that records the outcome: the pod has terminated, the record is the
+		// durable memory, and a restart in between only repeats a no-op.
+		if p := s.run.Status.Phase; (p.Finished() || p == farmv1.RunWaiting) && len(s.live) == 0 {
+			if err := s.releaseRig(ctx); err != nil {
+				return err
+			}
+		}
 		if err := s.writeStatus(ctx); err != nil {
 			return err
 		}
@@ -400,7 +411,9 @@ func (s *step) releaseRig(ctx context.Context) error {
 	}
 	conditions.False(&s.run.Status.Conditions, s.run.Generation, farmv1.ConditionRigLeased, farmv1.ReasonReleased,
 		fmt.Sprintf("rig %s released", s.heldRig))
-	s.ev.rigReleased(s.run, s.heldRig)
+	if !s.run.Status.Phase.Finished() { // a finished run's final event covers the release
+		s.ev.rigReleased(s.run, s.heldRig)
+	}
 	s.heldRig = ""
 	return nil
 }
@@ -431,6 +444,14 @@ func (s *step) advance(ctx context.Context) error {
 		st.Phase = farmv1.RunRunning
 		conditions.Unknown(&st.Conditions, gen, farmv1.ConditionSucceeded, farmv1.ReasonRunning,
 			fmt.Sprintf("attempt %d is running on rig %s", st.Attempt, s.heldRig))
+		return nil
+	}
+	if p := s.rig.Status.Phase; p == farmv1.RigOffline || p == farmv1.RigNotReady {
+		// Keep the rig, but start nothing on a node or phone that cannot run it:
+		// the rig's status change wakes this run when it is back.
+		st.Phase = farmv1.RunRetrying
+		conditions.Unknown(&st.Conditions, gen, farmv1.ConditionSucceeded, farmv1.ReasonRigNotReady,
+			fmt.Sprintf("attempt %d waits for rig %s, which is %s", attempt.Next(st).Attempt, s.rig.Name, p))
 		return nil
 	}
 	return s.startAttempt(ctx)
@@ -490,7 +511,7 @@ func (s *step) acquire(ctx context.Context) (bool, error) {
 			return false, err
 		}
 		if head != s.run.Name {
-			why, reason = fmt.Sprintf("rig %s is free but run %s is ahead in its queue", rig.Name, head), farmv1.ReasonRigBusy
+			why, reason = fmt.Sprintf("rig %s is free but earlier runs are ahead in its queue", rig.Name), farmv1.ReasonRigBusy
 			continue
 		}
 		res, err := lease.Acquire(ctx, s.r.Client, rig.Name, lease.HolderOf(s.run))
@@ -498,7 +519,7 @@ func (s *step) acquire(ctx context.Context) (bool, error) {
 			return false, err
 		}
 		if !res.Acquired {
-			why, reason = fmt.Sprintf("rig %s is in use by run %s", rig.Name, res.HeldBy), farmv1.ReasonRigBusy
+			why, reason = fmt.Sprintf("rig %s is in use by another run", rig.Name), farmv1.ReasonRigBusy
 			continue
 		}
 		s.heldRig, s.rig = rig.Name, rig
@@ -508,7 +529,7 @@ func (s *step) acquire(ctx context.Context) (bool, error) {
 		if st.StartTime == nil {
 			queueWait.Observe(s.now.Sub(s.run.CreationTimestamp.Time).Seconds())
 		}
-		s.ev.rigLeased(s.run, rig)
+		s.justLeased = true // the attempt-started event names the rig
 		return true, nil
 	}
 	if st.Phase != farmv1.RunQueued {
@@ -581,7 +602,11 @@ func (s *step) startAttempt(ctx context.Context) error {
 	err := s.r.Create(ctx, pod)
 	switch {
 	case err == nil:
-		s.ev.attemptStarted(s.run, pod, next.Attempt, next.Retry)
+		if s.justLeased {
+			s.ev.rigLeasedAndStarted(s.run, s.rig, pod, next.Attempt, next.Retry)
+		} else {
+			s.ev.attemptStarted(s.run, pod, next.Attempt, next.Retry)
+		}
 		if st.StartTime == nil {
 			timeToPod.Observe(s.now.Sub(s.run.CreationTimestamp.Time).Seconds())
 			t := metav1.NewTime(s.now)

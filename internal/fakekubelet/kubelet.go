@@ -45,11 +45,16 @@ type Kubelet struct {
 	Script Script
 	// Poll is how often the kubelet lists pods (default 50 ms).
 	Poll time.Duration
+	// Workers drive pods in parallel (default 8), as many kubelets would.
+	Workers int
+	// Observe, when set, is called once for each pod the first time the kubelet sees it.
+	Observe func(pod *corev1.Pod)
 
 	mu         sync.Mutex
 	started    map[string]time.Time // pod key → when marked Running
 	ended      map[string]bool
 	liveByRig  map[string]string // rig → live pod key
+	observed   map[string]bool
 	violations []string
 	count      int
 }
@@ -60,7 +65,7 @@ func (k *Kubelet) Run(ctx context.Context) {
 		k.Poll = 50 * time.Millisecond
 	}
 	k.mu.Lock()
-	k.started, k.ended, k.liveByRig = map[string]time.Time{}, map[string]bool{}, map[string]string{}
+	k.started, k.ended, k.liveByRig, k.observed = map[string]time.Time{}, map[string]bool{}, map[string]string{}, map[string]bool{}
 	k.mu.Unlock()
 	t := time.NewTicker(k.Poll)
 	defer t.Stop()
@@ -111,9 +116,36 @@ func (k *Kubelet) tick(ctx context.Context) {
 		}
 	}
 	k.mu.Unlock()
-	for i := range pods.Items {
-		k.drive(ctx, &pods.Items[i])
+	if k.Workers == 0 {
+		k.Workers = 8
 	}
+	work := make(chan *corev1.Pod)
+	var wg sync.WaitGroup
+	for w := 0; w < k.Workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for pod := range work {
+				k.drive(ctx, pod)
+			}
+		}()
+	}
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if k.Observe != nil {
+			key := pod.Namespace + "/" + pod.Name
+			k.mu.Lock()
+			first := !k.observed[key]
+			k.observed[key] = true
+			k.mu.Unlock()
+			if first {
+				k.Observe(pod)
+			}
+		}
+		work <- pod
+	}
+	close(work)
+	wg.Wait()
 }
 
 func (k *Kubelet) drive(ctx context.Context, pod *corev1.Pod) {

@@ -1,0 +1,246 @@
+//go:build bench
+
+// Package bench holds the operator benchmark: `make bench-operator`.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/controllers/agentrun"
+	"github.com/clawfarm/clawfarm/controllers/devicerig"
+	"github.com/clawfarm/clawfarm/internal/attempt"
+	"github.com/clawfarm/clawfarm/internal/contract"
+	"github.com/clawfarm/clawfarm/internal/fakekubelet"
+	"github.com/clawfarm/clawfarm/internal/followup"
+)
+
+const (
+	rigs    = 200
+	runs    = 1000
+	runTime = time.Second
+)
+
+// writeCounter counts the manager's API writes (POST, PUT, PATCH, DELETE), events included.
+type writeCounter struct {
+	next   http.RoundTripper
+	writes atomic.Int64
+}
+
+func (w *writeCounter) RoundTrip(r *http.Request) (*http.Response, error) {
+	switch r.Method {
+	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+		w.writes.Add(1)
+	}
+	return w.next.RoundTrip(r)
+}
+
+// TestBenchOperator: 200 Ready rigs, 1,000 AgentRuns created at once, a fake
+// kubelet that ends each pod with DONE 1 s after it starts. It prints the
+// figures of issue 2's benchmark; it is a measurement, run by `make bench-operator`.
+func TestBenchOperator(t *testing.T) {
+	scheme := kruntime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = farmv1.AddToScheme(scheme)
+	env := &envtest.Environment{CRDDirectoryPaths: []string{"../../config/crd/bases"}, ErrorIfCRDPathMissing: true}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = env.Stop() }()
+	kcfg := rest.CopyConfig(cfg)
+	kcfg.QPS, kcfg.Burst = 2000, 4000 // the fake kubelet stands for many kubelets
+	hc, err := client.New(kcfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	healthSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte(`{"arm":true,"camera":true,"bridge":true,"calibrated":true,"origin_pinned":true,"ready":true,"layout_learned":true}`))
+	}))
+	defer healthSrv.Close()
+
+	// The manager gets its own rest config whose transport counts writes.
+	counter := &writeCounter{}
+	mcfg := rest.CopyConfig(cfg)
+	mcfg.QPS, mcfg.Burst = 500, 1000
+	mcfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { counter.next = rt; return counter }
+	mgr, err := ctrl.NewManager(mcfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := (&agentrun.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("agentrun"),
+		Config: agentrun.Config{Loop: attempt.Defaults{Image: "loop"}, FollowUp: followup.JobDefaults{Image: "manager"},
+			StartupTimeout: time.Minute, NodeLostGrace: time.Minute, MaxConcurrentReconciles: 16}}).SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	if err := (&devicerig.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("devicerig"),
+		Config: devicerig.Config{ProbeInterval: 30 * time.Second, ProbeTimeout: 2 * time.Second, MaxConcurrentReconciles: 8}}).SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = mgr.Start(ctx) }()
+
+	ns := "bench"
+	must(t, hc.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "farm-node"}}
+	must(t, hc.Create(ctx, node))
+	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}
+	must(t, hc.Status().Update(ctx, node))
+	for i := 0; i < rigs; i++ {
+		must(t, hc.Create(ctx, &farmv1.DeviceRig{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("rig-%03d", i)},
+			Spec: farmv1.DeviceRigSpec{NodeName: "farm-node", Endpoint: farmv1.RigEndpoint{URL: healthSrv.URL + "/mcp"}}}))
+	}
+	waitFor(t, "all rigs Ready", 2*time.Minute, func() bool {
+		var l farmv1.DeviceRigList
+		_ = hc.List(ctx, &l, client.InNamespace(ns))
+		n := 0
+		for _, r := range l.Items {
+			if r.Status.Phase == farmv1.RigReady {
+				n++
+			}
+		}
+		return n == rigs
+	})
+
+	// The fake kubelet: DONE one second after each pod starts; it notes when it first saw each pod.
+	done := contract.TerminationMessage{Sentinel: contract.Done, Retryable: true, Recap: "done", ExitReason: contract.ReasonEndTurn}
+	msg, _ := done.Encode()
+	var seenMu sync.Mutex
+	firstSeen := map[string]time.Time{}
+	kl := &fakekubelet.Kubelet{Client: hc, Poll: 20 * time.Millisecond, Workers: 32,
+		Observe: func(p *corev1.Pod) {
+			seenMu.Lock()
+			if _, ok := firstSeen[p.Labels[farmv1.LabelRun]]; !ok {
+				firstSeen[p.Labels[farmv1.LabelRun]] = time.Now()
+			}
+			seenMu.Unlock()
+		},
+		Script: func(*corev1.Pod) fakekubelet.Ending {
+			return fakekubelet.Ending{After: runTime, ExitCode: 0, Message: string(msg)}
+		}}
+	go kl.Run(ctx)
+
+	before := counter.writes.Load()
+	start := time.Now()
+	created := make([]time.Time, runs)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 32)
+	for i := 0; i < runs; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(i int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			run := &farmv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("run-%04d", i)},
+				Spec: farmv1.AgentRunSpec{RigRef: &farmv1.RigReference{Name: fmt.Sprintf("rig-%03d", i%rigs)}, Trigger: "bench",
+					Model: farmv1.ModelSpec{Provider: "openai", Name: "m"}}}
+			must(t, hc.Create(ctx, run))
+			created[i] = time.Now()
+		}(i)
+	}
+	wg.Wait()
+	waitFor(t, "all runs Succeeded", 10*time.Minute, func() bool {
+		var l farmv1.AgentRunList
+		_ = hc.List(ctx, &l, client.InNamespace(ns))
+		n := 0
+		for _, r := range l.Items {
+			if r.Status.Phase == farmv1.RunSucceeded {
+				n++
+			}
+		}
+		return n == runs
+	})
+	wall := time.Since(start)
+	waitFor(t, "leases released", time.Minute, func() bool {
+		var l farmv1.DeviceRigList
+		_ = hc.List(ctx, &l, client.InNamespace(ns))
+		for _, r := range l.Items {
+			if r.Status.CurrentRun != "" {
+				return false
+			}
+		}
+		return true
+	})
+	writes := counter.writes.Load() - before
+
+	// create→pod latency for runs whose rig was free: the first wave (run i < rigs).
+	var lat []time.Duration
+	var l farmv1.AgentRunList
+	must(t, hc.List(ctx, &l, client.InNamespace(ns)))
+	for i := 0; i < rigs; i++ {
+		var name = fmt.Sprintf("run-%04d", i)
+		seenMu.Lock()
+		seen := firstSeen[name]
+		seenMu.Unlock()
+		lat = append(lat, seen.Sub(created[i]))
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	lower := time.Duration(runs/rigs) * runTime
+	fmt.Printf("\nclawfarm bench-operator: %d rigs, %d runs, DONE %s after start\n", rigs, runs, runTime)
+	fmt.Printf("  create→pod (free rig)  p50 %6.0f ms   p99 %6.0f ms   (target p99 < 2000 ms)\n", ms(lat[len(lat)/2]), ms(lat[len(lat)*99/100]))
+	fmt.Printf("  wall time              %6.1f s   lower bound %.0f s   ratio %.2f   (target ≤ 2×lower+10 s = %.0f s)\n",
+		wall.Seconds(), lower.Seconds(), wall.Seconds()/lower.Seconds(), (2*lower + 10*time.Second).Seconds())
+	fmt.Printf("  API writes per run     %6.2f   (manager, events included; target ≤ 12)\n", float64(writes)/runs)
+	fmt.Printf("  manager peak RSS       %6.0f MiB (the test process: manager + fake kubelet + clients; target < 250 MiB)\n", float64(peakRSS())/(1<<20))
+	if v := kl.Violations(); len(v) > 0 {
+		t.Fatalf("exclusivity violated: %v", v[:min(5, len(v))])
+	}
+}
+
+// peakRSS is the process's high-water resident set (VmHWM), in bytes.
+func peakRSS() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "VmHWM:") {
+			var kb int64
+			fmt.Sscanf(strings.TrimSpace(strings.TrimPrefix(line, "VmHWM:")), "%d", &kb)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func must(t *testing.T, err error) {
+	if err != nil {
+		t.Error(err)
+		runtime.Goexit()
+	}
+}
+
+func waitFor(t *testing.T, what string, limit time.Duration, ok func() bool) {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		if ok() {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("timed out: %s", what)
+}
