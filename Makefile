@@ -7,7 +7,7 @@ GO            ?= go
 K8S_VERSION   ?= v1.37.2
 CONTROLLER_GEN = $(GO) tool controller-gen
 # Packages whose tests start goroutines; CI runs them under the race detector.
-RACE_PKGS     ?= ./internal/... ./controllers/...
+RACE_PKGS     ?= ./internal/... ./controllers/... ./cmd/...
 GOTEST_FLAGS  ?=
 
 .PHONY: help

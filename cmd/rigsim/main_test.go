@@ -11,14 +11,36 @@ import (
 	"time"
 )
 
-func freePort(t *testing.T) int {
+// freePorts finds a base port such that base, base+1 … base+n-1 are all free
+// (--port-per-rig serves rig i on the listen port + 1 + i), so the test does
+// not collide with servers other packages' tests start in parallel.
+func freePorts(t *testing.T, n int) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for try := 0; try < 50; try++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		base := ln.Addr().(*net.TCPAddr).Port
+		held := []net.Listener{ln}
+		ok := true
+		for i := 1; i < n; i++ {
+			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(base+i))
+			if err != nil {
+				ok = false
+				break
+			}
+			held = append(held, l)
+		}
+		for _, l := range held {
+			l.Close()
+		}
+		if ok {
+			return base
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	t.Fatal("no run of free ports found")
+	return 0
 }
 
 func waitFor(t *testing.T, url string) *http.Response {
@@ -36,7 +58,7 @@ func waitFor(t *testing.T, url string) *http.Response {
 
 // rigsim serves a farm with a port per rig and stops cleanly on SIGTERM.
 func TestServesAndStopsOnSIGTERM(t *testing.T) {
-	port := freePort(t)
+	port := freePorts(t, 3)
 	done := make(chan error, 1)
 	go func() {
 		done <- run([]string{"--listen", "127.0.0.1:" + strconv.Itoa(port), "--rigs", "2", "--port-per-rig", "--glare", "0.1", "--tap-offset", "0.01,0"})
