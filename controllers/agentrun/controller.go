@@ -354,6 +354,9 @@ func (s *step) stop(ctx context.Context) error {
 	if err := s.releaseRig(ctx); err != nil {
 		return err
 	}
+	if s.heldRig != "" {
+		return nil // a pod the cache has not shown yet is still alive; releaseRig set a wake-up
+	}
 	s.finishWith(cause.phase, cause.reason, cause.message)
 	return nil
 }

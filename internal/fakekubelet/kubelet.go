@@ -162,6 +162,9 @@ func (k *Kubelet) drive(ctx context.Context, pod *corev1.Pod) {
 	k.mu.Unlock()
 	if !running {
 		if pod.DeletionTimestamp != nil {
+			if pod.Spec.NodeName != "" { // bound but never started: the kubelet ends it
+				k.end(ctx, pod, Ending{ExitCode: 137, Reason: "ContainerCannotRun"})
+			}
 			return
 		}
 		if err := k.start(ctx, pod); err == nil {
