@@ -783,8 +783,6 @@ func orUnknown(s string) string {
 	return s
 }
 
-func isTrue(conds []metav1.Condition, typ string) bool { return conditions.IsTrue(conds, typ) }
-
 // SetupWithManager registers the controller and its watches: its pods and
 // CronJobs, and the Leases and rigs that wake queued runs.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {

@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/internal/conditions"
 )
 
 // Every metric of the AgentRun controller, declared once. Labels are low
@@ -78,7 +79,7 @@ func (c *RunPhaseCollector) Collect(ch chan<- prometheus.Metric) {
 			p = farmv1.RunPending
 		}
 		counts[p]++
-		if isTrue(runs.Items[i].Status.Conditions, farmv1.ConditionRigLeased) {
+		if conditions.IsTrue(runs.Items[i].Status.Conditions, farmv1.ConditionRigLeased) {
 			held++
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
-	"github.com/clawfarm/clawfarm/internal/contract"
 )
 
 // MaxHistory bounds status.attempts (the CRD says 100; older records are dropped first).
@@ -107,21 +106,4 @@ func Next(st *farmv1.AgentRunStatus) NextPod {
 		return NextPod{Attempt: last.Attempt, Retry: last.Retry + 1, Resume: true}
 	}
 	return NextPod{Attempt: last.Attempt + 1}
-}
-
-// SentinelOfOutcome is the sentinel an outcome class stands for ("" for none).
-func SentinelOfOutcome(class string) contract.Sentinel {
-	switch class {
-	case farmv1.OutcomeDone:
-		return contract.Done
-	case farmv1.OutcomeFail, farmv1.OutcomeInvalidConfig:
-		return contract.Fail
-	case farmv1.OutcomeWait:
-		return contract.Wait
-	case farmv1.OutcomeIdle:
-		return contract.Idle
-	case farmv1.OutcomeStuck, farmv1.OutcomeBudget:
-		return contract.Stuck
-	}
-	return ""
 }
