@@ -698,12 +698,12 @@ func (r *Reconciler) cleanUpOrphans(ctx context.Context, name types.NamespacedNa
 	if err := r.List(ctx, &leases, client.InNamespace(name.Namespace), client.MatchingLabels{farmv1.LabelRun: name.Name}); err != nil {
 		return err
 	}
+	var run farmv1.AgentRun
+	runErr := r.Get(ctx, name, &run)
 	for i := range leases.Items {
 		l := &leases.Items[i]
 		_, uid := lease.HolderRun(l)
-		var run farmv1.AgentRun
-		err := r.Get(ctx, name, &run)
-		if err == nil && run.UID == uid {
+		if runErr == nil && run.UID == uid {
 			continue // a run of the same name holds it: not an orphan
 		}
 		if err := lease.ReleaseStale(ctx, r.Client, l); err != nil {

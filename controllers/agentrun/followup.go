@@ -42,7 +42,7 @@ func (s *step) planFollowUp(o attempt.Outcome) {
 		CronJob: followup.WaitCronJobName(s.run.Name), FireTime: &fire, Run: next.Name, Chain: next.Chain,
 	}
 	if m := o.Message; m != nil && m.FollowUp != nil {
-		st.FollowUp.Context = clipString(m.FollowUp.Context, 4096)
+		st.FollowUp.Context = followup.Clip(m.FollowUp.Context, 4096)
 	}
 }
 
@@ -170,11 +170,4 @@ func (s *step) recordJob(j farmv1.AgentJobStatus) {
 	if n := len(s.run.Status.Jobs); n > 64 {
 		s.run.Status.Jobs = s.run.Status.Jobs[n-64:]
 	}
-}
-
-func clipString(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return string([]rune(s[:n])[:len([]rune(s[:n]))-1])
 }

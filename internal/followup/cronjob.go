@@ -74,7 +74,7 @@ func AgentJobCronJob(run *farmv1.AgentRun, rig string, job contract.Job, d JobDe
 	spec := *run.Spec.DeepCopy()
 	spec.Cancel = false
 	spec.RigRef, spec.RigSelector = &farmv1.RigReference{Name: rig}, nil
-	spec.Trigger = clip(fmt.Sprintf("Scheduled job %q (%s, %s UTC) fired: %s\nContext you left for yourself: %s",
+	spec.Trigger = Clip(fmt.Sprintf("Scheduled job %q (%s, %s UTC) fired: %s\nContext you left for yourself: %s",
 		job.ID, job.Kind, job.Schedule, job.Description, job.Context), MaxTriggerBytes)
 	child := &farmv1.AgentRun{
 		TypeMeta: metav1.TypeMeta{APIVersion: farmv1.GroupVersion.String(), Kind: "AgentRun"},
@@ -95,7 +95,7 @@ func AgentJobCronJob(run *farmv1.AgentRun, rig string, job contract.Job, d JobDe
 	}
 	cj := cronJob(run.Namespace, name, job.Schedule, enc, d)
 	cj.Labels = map[string]string{farmv1.LabelKind: "agent-job", farmv1.LabelRig: rig, farmv1.LabelJobID: dnsLabel(job.ID)}
-	cj.Annotations = map[string]string{"farm.clawfarm.dev/description": clip(job.Description, 1024), "farm.clawfarm.dev/created-by": run.Name}
+	cj.Annotations = map[string]string{"farm.clawfarm.dev/description": Clip(job.Description, 1024), "farm.clawfarm.dev/created-by": run.Name}
 	return cj, nil
 }
 

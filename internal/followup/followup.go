@@ -65,7 +65,7 @@ func WaitTrigger(parent *farmv1.AgentRun, n Next, context string) string {
 		fmt.Fprintf(&b, "What it asked you to check now: %s\n", context)
 	}
 	fmt.Fprintf(&b, "The task it was working on:\n%s", originalTask(parent))
-	return clip(b.String(), MaxTriggerBytes)
+	return Clip(b.String(), MaxTriggerBytes)
 }
 
 // originalTask strips earlier follow-up preambles so chains do not nest triggers.
@@ -149,7 +149,8 @@ func DecodeRequest(s string) (Request, error) {
 	return r, nil
 }
 
-func clip(s string, n int) string {
+// Clip cuts s to at most n bytes on a UTF-8 boundary.
+func Clip(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
