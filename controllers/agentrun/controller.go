@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -508,34 +507,42 @@ func (s *step) acquire(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	for _, rig := range rigs {
-		head, err := s.r.queueHead(ctx, rig)
+	if len(rigs) > 0 {
+		forRig := ""
+		if ref := s.run.Spec.RigRef; ref != nil {
+			forRig = ref.Name
+		}
+		q, err := s.r.readQueue(ctx, s.run.Namespace, forRig)
 		if err != nil {
 			return false, err
 		}
-		if head != s.run.Name {
-			why, reason = fmt.Sprintf("rig %s is free but earlier runs are ahead in its queue", rig.Name), farmv1.ReasonRigBusy
-			continue
+		why, reason = whyWaiting(rigs), farmv1.ReasonRigBusy
+		for _, rig := range rigs {
+			if q.given[s.run.Name] != rig.Name {
+				continue
+			}
+			res, err := lease.Acquire(ctx, s.r.Client, rig.Name, lease.HolderOf(s.run))
+			if err != nil {
+				return false, err
+			}
+			if !res.Acquired {
+				why = fmt.Sprintf("rig %s was just taken by another run", rig.Name)
+				break
+			}
+			s.heldRig, s.rig = rig.Name, rig
+			st.Rig = rig.Name
+			conditions.True(&st.Conditions, gen, farmv1.ConditionRigLeased, farmv1.ReasonLeased,
+				fmt.Sprintf("holding rig %s on node %s", rig.Name, rig.Spec.NodeName))
+			if st.StartTime == nil {
+				queueWait.Observe(s.now.Sub(s.run.CreationTimestamp.Time).Seconds())
+			}
+			s.justLeased = true // the attempt-started event names the rig
+			return true, nil
 		}
-		res, err := lease.Acquire(ctx, s.r.Client, rig.Name, lease.HolderOf(s.run))
-		if err != nil {
-			return false, err
-		}
-		if !res.Acquired {
-			why, reason = fmt.Sprintf("rig %s is in use by another run", rig.Name), farmv1.ReasonRigBusy
-			continue
-		}
-		s.heldRig, s.rig = rig.Name, rig
-		st.Rig = rig.Name
-		conditions.True(&st.Conditions, gen, farmv1.ConditionRigLeased, farmv1.ReasonLeased,
-			fmt.Sprintf("holding rig %s on node %s", rig.Name, rig.Spec.NodeName))
-		if st.StartTime == nil {
-			queueWait.Observe(s.now.Sub(s.run.CreationTimestamp.Time).Seconds())
-		}
-		s.justLeased = true // the attempt-started event names the rig
-		return true, nil
 	}
-	if st.Phase != farmv1.RunQueued {
+	if st.Phase != farmv1.RunQueued && reason != farmv1.ReasonRigBusy {
+		// A busy rig is the queue working, shown by the status; an event is for
+		// a wait someone may have to act on (no such rig, not ready, maintenance).
 		s.ev.queued(s.run, why)
 	}
 	st.Phase = farmv1.RunQueued
@@ -713,59 +720,6 @@ func (r *Reconciler) cleanUpOrphans(ctx context.Context, name types.NamespacedNa
 	return nil
 }
 
-// queueHead is the oldest unfinished run without a rig that could use rig: the
-// only one allowed to take it (FIFO by creation time, then name).
-func (r *Reconciler) queueHead(ctx context.Context, rig *farmv1.DeviceRig) (string, error) {
-	waiting, err := r.waitingFor(ctx, rig)
-	if err != nil || len(waiting) == 0 {
-		return "", err
-	}
-	return waiting[0].Name, nil
-}
-
-// waitingFor lists the runs queued for rig, oldest first.
-func (r *Reconciler) waitingFor(ctx context.Context, rig *farmv1.DeviceRig) ([]*farmv1.AgentRun, error) {
-	var runs farmv1.AgentRunList
-	if err := r.List(ctx, &runs, client.InNamespace(rig.Namespace), client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("list runs queued for rig %s: %w", rig.Name, err)
-	}
-	var out []*farmv1.AgentRun
-	for i := range runs.Items {
-		run := &runs.Items[i]
-		if run.DeletionTimestamp != nil || run.Spec.Cancel || !needsRig(run) || !rigMatches(run, rig) {
-			continue
-		}
-		out = append(out, run)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		a, b := out[i].CreationTimestamp, out[j].CreationTimestamp
-		if !a.Equal(&b) {
-			return a.Before(&b)
-		}
-		return out[i].Name < out[j].Name
-	})
-	return out, nil
-}
-
-// needsRig reports whether a run is waiting for a rig (it holds none and is not finished).
-func needsRig(run *farmv1.AgentRun) bool {
-	switch run.Status.Phase {
-	case "", farmv1.RunPending, farmv1.RunQueued:
-		return true
-	}
-	return false
-}
-
-func rigMatches(run *farmv1.AgentRun, rig *farmv1.DeviceRig) bool {
-	if ref := run.Spec.RigRef; ref != nil {
-		return ref.Name == rig.Name
-	}
-	if sel := run.Spec.RigSelector; sel != nil {
-		return labels.SelectorFromSet(sel.MatchLabels).Matches(labels.Set(rig.Labels))
-	}
-	return false
-}
-
 func terminal(pod *corev1.Pod) bool {
 	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 }
@@ -790,6 +744,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.Clock = clock.RealClock{}
 	}
 	wakeQueue := handler.EnqueueRequestsFromMapFunc(r.queuedRunsForRigOf)
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &farmv1.AgentRun{}, queueIndex, func(o client.Object) []string {
+		return queueKey(o.(*farmv1.AgentRun))
+	}); err != nil {
+		return fmt.Errorf("index runs by queue: %w", err)
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&farmv1.AgentRun{}).
 		Owns(&corev1.Pod{}).
@@ -806,9 +765,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-// queuedRunsForRigOf maps a Lease or a rig to the runs that may take the rig
-// now: the head of its queue (and the next few, in case the head takes another rig),
-// plus the run holding it.
+// queuedRunsForRigOf maps a Lease or a rig to the run holding the rig and to
+// the queued runs that may take a free rig now.
 func (r *Reconciler) queuedRunsForRigOf(ctx context.Context, o client.Object) []reconcile.Request {
 	var rig farmv1.DeviceRig
 	var reqs []reconcile.Request
@@ -828,16 +786,12 @@ func (r *Reconciler) queuedRunsForRigOf(ctx context.Context, o client.Object) []
 	default:
 		return nil
 	}
-	waiting, err := r.waitingFor(ctx, &rig)
+	q, err := r.readQueue(ctx, rig.Namespace, rig.Name)
 	if err != nil {
 		return reqs
 	}
-	const wakeHeads = 3
-	for i, run := range waiting {
-		if i == wakeHeads {
-			break
-		}
-		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: run.Namespace, Name: run.Name}})
+	for name := range q.given {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: rig.Namespace, Name: name}})
 	}
 	return reqs
 }

@@ -128,12 +128,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	rigsByPhase.set(&rig)
 
-	// 6. Write what changed; an Event when the phase moved.
+	// 6. Write what changed; an Event when the rig's health moved. Ready ↔ InUse
+	// is every session's rhythm, shown in the status and on the run's own events.
 	if !equality.Semantic.DeepEqual(before, st) {
 		if err := r.Status().Update(ctx, &rig); err != nil {
 			return ctrl.Result{}, fmt.Errorf("update rig status: %w", err)
 		}
-		if before.Phase != st.Phase {
+		if health(before.Phase) != health(st.Phase) {
 			kind := corev1.EventTypeNormal
 			if st.Phase == farmv1.RigNotReady || st.Phase == farmv1.RigOffline {
 				kind = corev1.EventTypeWarning
@@ -334,4 +335,12 @@ func (r *Reconciler) rigsOnNode(ctx context.Context, o client.Object) []reconcil
 		}
 	}
 	return reqs
+}
+
+// health folds InUse into Ready: a rig in use is a healthy rig.
+func health(p farmv1.RigPhase) farmv1.RigPhase {
+	if p == farmv1.RigInUse {
+		return farmv1.RigReady
+	}
+	return p
 }

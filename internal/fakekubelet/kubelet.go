@@ -42,6 +42,10 @@ type Script func(pod *corev1.Pod) Ending
 // Kubelet is the fake kubelet.
 type Kubelet struct {
 	Client client.Client
+	// Reader is where pods are listed from each poll (default Client). A
+	// watch-backed cache keeps a large farm from costing a LIST per poll, as
+	// real kubelets watch; writes always go to Client.
+	Reader client.Reader
 	Script Script
 	// Poll is how often the kubelet lists pods (default 50 ms).
 	Poll time.Duration
@@ -95,7 +99,11 @@ func (k *Kubelet) Started() int {
 
 func (k *Kubelet) tick(ctx context.Context) {
 	var pods corev1.PodList
-	if err := k.Client.List(ctx, &pods, client.MatchingLabels{farmv1.LabelKind: "attempt"}); err != nil {
+	reader := k.Reader
+	if reader == nil {
+		reader = k.Client
+	}
+	if err := reader.List(ctx, &pods, client.MatchingLabels{farmv1.LabelKind: "attempt"}, client.UnsafeDisableDeepCopy); err != nil {
 		return
 	}
 	seen := map[string]bool{}
@@ -132,8 +140,15 @@ func (k *Kubelet) tick(ctx context.Context) {
 	}
 	for i := range pods.Items {
 		pod := &pods.Items[i]
+		key := pod.Namespace + "/" + pod.Name
+		k.mu.Lock()
+		done := k.ended[key]
+		k.mu.Unlock()
+		if done && pod.DeletionTimestamp == nil {
+			continue // nothing left to do for an ended pod until it is deleted
+		}
+		pod = pod.DeepCopy() // the list may share the cache's objects; drive writes to its copy
 		if k.Observe != nil {
-			key := pod.Namespace + "/" + pod.Name
 			k.mu.Lock()
 			first := !k.observed[key]
 			k.observed[key] = true
