@@ -24,13 +24,14 @@ generate: ## Generate deepcopy code for the API types.
 manifests: ## Generate CRDs and RBAC from the markers.
 	$(CONTROLLER_GEN) crd rbac:roleName=clawfarm-manager paths=./api/... paths=./controllers/... \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
-	@mkdir -p charts/clawfarm/crds && cp config/crd/bases/*.yaml charts/clawfarm/crds/ 2>/dev/null || true
+	@mkdir -p charts/clawfarm/crds charts/clawfarm/files && cp config/crd/bases/*.yaml charts/clawfarm/crds/
+	@for r in role loop_role followup_role; do sed -n '/^rules:/,$$p' config/rbac/$$r.yaml | tail -n +2 > charts/clawfarm/files/$$r-rules.yaml; done
 
 .PHONY: verify-generated
 verify-generated: generate manifests ## Fail when generated files differ from what is committed.
-	@if [ -n "$$(git status --porcelain -- api config charts/clawfarm/crds)" ]; then \
+	@if [ -n "$$(git status --porcelain -- api config charts/clawfarm/crds charts/clawfarm/files)" ]; then \
 		echo "generated files are stale; run 'make generate manifests' and commit:"; \
-		git status --porcelain -- api config charts/clawfarm/crds; git diff --stat -- api config; exit 1; fi
+		git status --porcelain -- api config charts/clawfarm/crds charts/clawfarm/files; git diff --stat -- api config; exit 1; fi
 
 .PHONY: fmt
 fmt: ## gofmt the tree.
@@ -54,13 +55,24 @@ build: ## Build every binary into bin/.
 k8s: ## Build (once) the pinned control plane from source into bin/k8s/$(K8S_VERSION).
 	hack/build-k8s.sh >/dev/null
 
+.PHONY: helm
+helm: ## Build (once) the pinned helm CLI from source into the cache.
+	hack/build-helm.sh >/dev/null
+
+.PHONY: chart-check
+chart-check: helm ## helm lint and helm template the chart.
+	$$(hack/build-helm.sh --print) lint --strict charts/clawfarm
+	$$(hack/build-helm.sh --print) template clawfarm charts/clawfarm --namespace clawfarm-system >/dev/null
+	$$(hack/build-helm.sh --print) template clawfarm charts/clawfarm --namespace clawfarm-system \
+		--set runs.namespaces='{farm-a,farm-b}' --set metrics.enabled=false --set manager.replicas=1 >/dev/null
+
 .PHONY: test
-test: k8s ## Run every test, envtest on the real kube-apiserver and etcd.
-	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh --print) $(GO) test $(GOTEST_FLAGS) ./...
+test: k8s helm ## Run every test: envtest on the real kube-apiserver and etcd, the chart through helm.
+	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh --print) HELM=$$(hack/build-helm.sh --print) $(GO) test $(GOTEST_FLAGS) ./...
 
 .PHONY: test-race
-test-race: k8s ## Run the concurrent packages under the race detector.
-	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh --print) $(GO) test -race $(GOTEST_FLAGS) $(RACE_PKGS)
+test-race: k8s helm ## Run the concurrent packages under the race detector.
+	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh --print) HELM=$$(hack/build-helm.sh --print) $(GO) test -race $(GOTEST_FLAGS) $(RACE_PKGS)
 
 .PHONY: bench-operator
 bench-operator: k8s ## Operator benchmark: 200 rigs, 1,000 runs on envtest.
@@ -71,4 +83,4 @@ bench-engine: ## Engine benchmark: a 300-turn scripted session.
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 30m ./internal/engine/...
 
 .PHONY: ci
-ci: verify-fmt vet verify-generated test test-race ## What .ci/run runs.
+ci: verify-fmt vet verify-generated chart-check test test-race ## What .ci/run runs.

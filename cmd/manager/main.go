@@ -41,51 +41,71 @@ func newScheme() *runtime.Scheme {
 	return s
 }
 
-func runManager(args []string) int {
+// managerFlags are the manager's flags; the Helm chart's Deployment passes
+// them (a test parses the chart's args with this same set).
+type managerFlags struct {
+	fs                            *flag.FlagSet
+	metricsAddr, probeAddr        *string
+	leaderElect                   *bool
+	leaderNamespace               *string
+	loopImage, loopSA, pullPolicy *string
+	managerImage, followupSA      *string
+	startupTimeout, nodeLostGrace *time.Duration
+	probeInterval, probeTimeout   *time.Duration
+	runWorkers, rigWorkers        *int
+	zap                           *zap.Options
+}
+
+func newManagerFlags() *managerFlags {
 	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
-	var (
-		metricsAddr     = fs.String("metrics-bind-address", ":8080", "address the metrics endpoint binds to; 0 disables it")
-		probeAddr       = fs.String("health-probe-bind-address", ":8081", "address the health probes bind to")
-		leaderElect     = fs.Bool("leader-elect", false, "enable leader election (use it with more than one replica)")
-		leaderNamespace = fs.String("leader-election-namespace", "", "namespace of the leader-election Lease (default: the pod's)")
-		loopImage       = fs.String("loop-image", "ghcr.io/clawfarm/loop:latest", "default image of loop pods")
-		loopSA          = fs.String("loop-service-account", "clawfarm-loop", "default service account of loop pods (needs patch on agentruns/status)")
-		pullPolicy      = fs.String("image-pull-policy", "IfNotPresent", "image pull policy of loop pods and follow-up Jobs")
-		managerImage    = fs.String("manager-image", "ghcr.io/clawfarm/manager:latest", "image that runs `manager followup` in follow-up Jobs")
-		followupSA      = fs.String("followup-service-account", "clawfarm-followup", "service account of follow-up Jobs (needs create on agentruns)")
-		startupTimeout  = fs.Duration("pod-startup-timeout", 5*time.Minute, "a loop pod Pending this long counts as never started (a free retry)")
-		nodeLostGrace   = fs.Duration("node-lost-grace", 5*time.Minute, "a node NotReady this long loses its attempts (a free retry)")
-		probeInterval   = fs.Duration("rig-probe-interval", 15*time.Second, "how often each rig's health route is asked")
-		probeTimeout    = fs.Duration("rig-probe-timeout", 3*time.Second, "how long one rig health probe may take")
-		runWorkers      = fs.Int("agentrun-workers", 8, "concurrent AgentRun reconciles")
-		rigWorkers      = fs.Int("devicerig-workers", 4, "concurrent DeviceRig reconciles (probes run inside them)")
-	)
-	opts := zap.Options{}
-	opts.BindFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	f := &managerFlags{fs: fs,
+		metricsAddr:     fs.String("metrics-bind-address", ":8080", "address the metrics endpoint binds to; 0 disables it"),
+		probeAddr:       fs.String("health-probe-bind-address", ":8081", "address the health probes bind to"),
+		leaderElect:     fs.Bool("leader-elect", false, "enable leader election (use it with more than one replica)"),
+		leaderNamespace: fs.String("leader-election-namespace", "", "namespace of the leader-election Lease (default: the pod's)"),
+		loopImage:       fs.String("loop-image", "ghcr.io/clawfarm/loop:latest", "default image of loop pods"),
+		loopSA:          fs.String("loop-service-account", "clawfarm-loop", "default service account of loop pods (needs patch on agentruns/status)"),
+		pullPolicy:      fs.String("image-pull-policy", "IfNotPresent", "image pull policy of loop pods and follow-up Jobs"),
+		managerImage:    fs.String("manager-image", "ghcr.io/clawfarm/manager:latest", "image that runs `manager followup` in follow-up Jobs"),
+		followupSA:      fs.String("followup-service-account", "clawfarm-followup", "service account of follow-up Jobs (needs create on agentruns)"),
+		startupTimeout:  fs.Duration("pod-startup-timeout", 5*time.Minute, "a loop pod Pending this long counts as never started (a free retry)"),
+		nodeLostGrace:   fs.Duration("node-lost-grace", 5*time.Minute, "a node NotReady this long loses its attempts (a free retry)"),
+		probeInterval:   fs.Duration("rig-probe-interval", 15*time.Second, "how often each rig's health route is asked"),
+		probeTimeout:    fs.Duration("rig-probe-timeout", 3*time.Second, "how long one rig health probe may take"),
+		runWorkers:      fs.Int("agentrun-workers", 8, "concurrent AgentRun reconciles"),
+		rigWorkers:      fs.Int("devicerig-workers", 4, "concurrent DeviceRig reconciles (probes run inside them)"),
+		zap:             &zap.Options{},
+	}
+	f.zap.BindFlags(fs)
+	return f
+}
+
+func runManager(args []string) int {
+	f := newManagerFlags()
+	if err := f.fs.Parse(args); err != nil {
 		return 2
 	}
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(f.zap)))
 	log := ctrl.Log.WithName("setup")
 
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                  newScheme(),
-		Metrics:                 metricsserver.Options{BindAddress: *metricsAddr},
-		HealthProbeBindAddress:  *probeAddr,
-		LeaderElection:          *leaderElect,
+		Metrics:                 metricsserver.Options{BindAddress: *f.metricsAddr},
+		HealthProbeBindAddress:  *f.probeAddr,
+		LeaderElection:          *f.leaderElect,
 		LeaderElectionID:        "clawfarm-manager.farm.clawfarm.dev",
-		LeaderElectionNamespace: *leaderNamespace,
+		LeaderElectionNamespace: *f.leaderNamespace,
 	})
 	if err != nil {
 		log.Error(err, "cannot create the manager")
 		return 1
 	}
 	if err := setup(mgr, Settings{
-		Loop:           attempt.Defaults{Image: *loopImage, ServiceAccountName: *loopSA, ImagePullPolicy: corev1.PullPolicy(*pullPolicy)},
-		FollowUp:       followup.JobDefaults{Image: *managerImage, ServiceAccountName: *followupSA},
-		StartupTimeout: *startupTimeout, NodeLostGrace: *nodeLostGrace,
-		ProbeInterval: *probeInterval, ProbeTimeout: *probeTimeout,
-		RunWorkers: *runWorkers, RigWorkers: *rigWorkers,
+		Loop:           attempt.Defaults{Image: *f.loopImage, ServiceAccountName: *f.loopSA, ImagePullPolicy: corev1.PullPolicy(*f.pullPolicy)},
+		FollowUp:       followup.JobDefaults{Image: *f.managerImage, ServiceAccountName: *f.followupSA},
+		StartupTimeout: *f.startupTimeout, NodeLostGrace: *f.nodeLostGrace,
+		ProbeInterval: *f.probeInterval, ProbeTimeout: *f.probeTimeout,
+		RunWorkers: *f.runWorkers, RigWorkers: *f.rigWorkers,
 	}); err != nil {
 		log.Error(err, "cannot set up the controllers")
 		return 1
@@ -98,7 +118,7 @@ func runManager(args []string) int {
 		log.Error(err, "cannot add the ready check")
 		return 1
 	}
-	log.Info("starting the manager", "loopImage", *loopImage, "leaderElection", *leaderElect)
+	log.Info("starting the manager", "loopImage", *f.loopImage, "leaderElection", *f.leaderElect)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		log.Error(err, "the manager stopped")
 		return 1
