@@ -22,6 +22,9 @@ commands:
   up       start etcd, the control plane, rignode, rigsim, modelsim and the operator;
            returns once every rig is Ready (the cluster keeps running; --attach stays
            in the foreground and stops it on Ctrl-C)
+  demo     up (unless it is up already), then apply config/demo/runs.yaml — one AgentRun per
+           sentinel — and show them progressing until each has reached its sentinel.
+           MODEL_BASE_URL, MODEL_API_KEY, MODEL_NAME (MODEL_PROVIDER) select a real provider.
   status   show the processes of the cluster in --dir
   down     stop every process of the cluster in --dir
 
@@ -55,6 +58,8 @@ func run(args []string) int {
 	switch cmd {
 	case "up":
 		return up(o, dir, logf)
+	case "demo":
+		return demo(o, dir, logf)
 	case "down":
 		if err := devcluster.Stop(dir, logf); err != nil {
 			fmt.Fprintln(os.Stderr, "devcluster down:", err)
@@ -81,7 +86,7 @@ type options struct {
 	root, dir, manager, scenarios string
 	rigs, basePort                int
 	build, attach                 bool
-	probe                         time.Duration
+	probe, timeout                time.Duration
 	rigsimArgs                    string
 }
 
@@ -89,8 +94,11 @@ func newFlags(cmd string, o *options) *flag.FlagSet {
 	fs := flag.NewFlagSet("devcluster "+cmd, flag.ContinueOnError)
 	fs.StringVar(&o.root, "root", "", "the clawfarm checkout (default: found from the working directory)")
 	fs.StringVar(&o.dir, "dir", "", "where the cluster keeps its files: kubeconfig, logs/, pki/, etcd/ (default <root>/.dev)")
-	if cmd != "up" {
+	if cmd != "up" && cmd != "demo" {
 		return fs
+	}
+	if cmd == "demo" {
+		fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "how long the sample runs may take")
 	}
 	fs.IntVar(&o.rigs, "rigs", 5, "simulated rigs, registered as DeviceRigs rig-0 … rig-<N-1>")
 	fs.IntVar(&o.basePort, "base-port", devcluster.DefaultBasePort, fmt.Sprintf("first of the %d loopback ports the cluster uses", devcluster.PortCount))
@@ -117,13 +125,17 @@ func (o options) resolveDir() (string, error) {
 	return filepath.Join(root, ".dev"), nil
 }
 
+func (o options) config(dir string, logf func(string, ...any)) devcluster.Config {
+	return devcluster.Config{
+		Root: o.root, Dir: dir, Rigs: o.rigs, BasePort: o.basePort, Manager: devcluster.Manager(o.manager),
+		Scenarios: o.scenarios, Build: o.build, RigProbeInterval: o.probe, RigsimArgs: strings.Fields(o.rigsimArgs), Log: logf,
+	}
+}
+
 func up(o options, dir string, logf func(string, ...any)) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	c, err := devcluster.Up(ctx, devcluster.Config{
-		Root: o.root, Dir: dir, Rigs: o.rigs, BasePort: o.basePort, Manager: devcluster.Manager(o.manager),
-		Scenarios: o.scenarios, Build: o.build, RigProbeInterval: o.probe, RigsimArgs: strings.Fields(o.rigsimArgs), Log: logf,
-	})
+	c, err := devcluster.Up(ctx, o.config(dir, logf))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "devcluster up:", err)
 		return 1
@@ -140,5 +152,31 @@ Logs are in %s/logs/. Stop it with: make dev-down (or devcluster down --dir %s)
 	logf("attached: Ctrl-C stops the cluster")
 	<-ctx.Done()
 	c.Down()
+	return 0
+}
+
+func demo(o options, dir string, logf func(string, ...any)) int {
+	p, err := devcluster.ProviderFromEnv()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "devcluster demo:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var c *devcluster.Cluster
+	if devcluster.Running(dir) {
+		logf("reusing the dev cluster in %s", dir)
+		c, err = devcluster.Attach(dir, logf)
+	} else {
+		c, err = devcluster.Up(ctx, o.config(dir, logf))
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "devcluster demo:", err)
+		return 1
+	}
+	if err := c.Demo(ctx, os.Stdout, p, o.timeout); err != nil {
+		fmt.Fprintln(os.Stderr, "devcluster demo:", err)
+		return 1
+	}
 	return 0
 }

@@ -36,10 +36,11 @@ type Cluster struct {
 	// Client talks to the cluster as the user.
 	Client client.Client
 
-	pki   PKI
-	k8s   string
-	mu    sync.Mutex
-	procs []*Proc
+	pki     PKI
+	k8s     string
+	started time.Time
+	mu      sync.Mutex
+	procs   []*Proc
 }
 
 // state is what state.json keeps for `down` and `status`.
@@ -49,6 +50,7 @@ type state struct {
 	Rigs       int       `json:"rigs"`
 	Manager    Manager   `json:"manager"`
 	Kubeconfig string    `json:"kubeconfig"`
+	K8sDir     string    `json:"k8sDir"`
 	Started    time.Time `json:"started"`
 	Procs      []*Proc   `json:"procs"`
 }
@@ -71,7 +73,7 @@ func Up(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	c = &Cluster{Config: cfg, Kubeconfig: filepath.Join(cfg.Dir, "kubeconfig")}
+	c = &Cluster{Config: cfg, Kubeconfig: filepath.Join(cfg.Dir, "kubeconfig"), started: time.Now().UTC()}
 	begin := time.Now()
 	if st, err := readState(cfg.Dir); err == nil && st.anyAlive() {
 		return nil, fmt.Errorf("a dev cluster is already up in %s (started %s); run `devcluster down --dir %s` first",
@@ -534,7 +536,7 @@ func stopAll(procs []*Proc, log func(string, ...any)) {
 func (c *Cluster) saveState() error {
 	c.mu.Lock()
 	st := state{Root: c.Root, BasePort: c.BasePort, Rigs: c.Rigs, Manager: c.Manager, Kubeconfig: c.Kubeconfig,
-		Started: time.Now().UTC(), Procs: c.procs}
+		K8sDir: c.k8s, Started: c.started, Procs: c.procs}
 	b, err := json.MarshalIndent(st, "", "  ")
 	c.mu.Unlock()
 	if err != nil {
@@ -569,6 +571,36 @@ func (s *state) anyAlive() bool {
 		}
 	}
 	return false
+}
+
+// Attach connects to the cluster `devcluster up` started in dir.
+func Attach(dir string, log func(string, ...any)) (*Cluster, error) {
+	st, err := readState(dir)
+	if err != nil {
+		return nil, fmt.Errorf("no dev cluster in %s: %w", dir, err)
+	}
+	if !st.anyAlive() {
+		return nil, fmt.Errorf("the dev cluster in %s is not running", dir)
+	}
+	c := &Cluster{Config: Config{Root: st.Root, Dir: dir, Rigs: st.Rigs, BasePort: st.BasePort, Manager: st.Manager, Log: log},
+		Kubeconfig: st.Kubeconfig, pki: PKI{Dir: filepath.Join(dir, "pki")}, k8s: st.K8sDir, started: st.Started, procs: st.Procs}
+	if err := c.defaults(); err != nil {
+		return nil, err
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	if c.Client, err = client.New(cfg, client.Options{Scheme: Scheme()}); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Running reports whether a dev cluster runs in dir.
+func Running(dir string) bool {
+	st, err := readState(dir)
+	return err == nil && st.anyAlive()
 }
 
 // Stop stops the cluster recorded in dir (by `devcluster up` in another
