@@ -122,11 +122,13 @@ func Up(ctx context.Context, cfg Config) (c *Cluster, err error) {
 func (c *Cluster) prepare(ctx context.Context) error {
 	if c.Build {
 		t := time.Now()
-		var pkgs []string
+		var pkgs, names []string
 		for _, b := range projectBinaries {
-			pkgs = append(pkgs, "./cmd/"+b)
+			if exists(filepath.Join(c.Root, "cmd", b)) {
+				pkgs, names = append(pkgs, "./cmd/"+b), append(names, b)
+			}
 		}
-		c.Log("building %s into bin/ (go build)", strings.Join(projectBinaries, ", "))
+		c.Log("building %s into bin/ (go build)", strings.Join(names, ", "))
 		cmd := exec.CommandContext(ctx, "go", append([]string{"build", "-o", filepath.Join(c.Root, "bin") + "/"}, pkgs...)...)
 		cmd.Dir, cmd.Stdout, cmd.Stderr = c.Root, os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {
@@ -418,7 +420,7 @@ func (c *Cluster) registerRigs(ctx context.Context) error {
 	}
 	return waitFor(ctx, "every DeviceRig Ready", 2*time.Minute, c.procsNamed("manager", "rignode-"+SystemNode, "rigsim"), func() error {
 		var list farmv1.DeviceRigList
-		if err := c.Client.List(ctx, &list); err != nil {
+		if err := c.Client.List(ctx, &list, client.InNamespace(RunNamespace)); err != nil {
 			return err
 		}
 		ready := 0
@@ -437,7 +439,7 @@ func (c *Cluster) registerRigs(ctx context.Context) error {
 // DeviceRig is the DeviceRig for simulated rig i.
 func (c *Cluster) DeviceRig(i int) *farmv1.DeviceRig {
 	rig := &farmv1.DeviceRig{}
-	rig.Name = RigName(i)
+	rig.Namespace, rig.Name = RunNamespace, RigName(i)
 	rig.Labels = map[string]string{"pool": "sim", "farm.clawfarm.dev/dev-cluster": "true"}
 	rig.Spec.NodeName = RigNode
 	rig.Spec.Endpoint.URL = c.RigURL(i) + "/mcp"

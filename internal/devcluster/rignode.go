@@ -21,8 +21,8 @@ type rignodeSettings struct {
 func rignodeArgs(s rignodeSettings) []string {
 	args := []string{
 		"--kubeconfig=" + s.Kubeconfig, "--node-name=" + s.Node,
-		"--node-ip=127.0.0.1", fmt.Sprintf("--port=%d", s.Port),
-		"--tls-cert-file=" + s.Cert, "--tls-key-file=" + s.Key, "--client-ca-file=" + s.CA,
+		"--node-ip=127.0.0.1", "--address=127.0.0.1", fmt.Sprintf("--port=%d", s.Port),
+		"--tls-cert-file=" + s.Cert, "--tls-private-key-file=" + s.Key, "--client-ca-file=" + s.CA,
 		"--root-dir=" + s.Root, "--image-map=" + s.Images,
 	}
 	if s.Labels != "" {

@@ -137,9 +137,13 @@ func TestPodDeletedMidRun(t *testing.T) {
 	setFaults(t, rigPodDelete, slowTaps)
 	create(t, newRun("e2e-pod-delete", rigPodDelete, "timer", "Set a 5 minute timer in the Clock app and start it."))
 	pod := runningPod(t, "e2e-pod-delete-a1", time.Minute)
-	waitRun(t, "e2e-pod-delete", time.Minute, "past turn 1", func(r *farmv1.AgentRun) bool {
-		return r.Status.Progress != nil && r.Status.Progress.Turn >= 2
-	})
+	deadline := time.Now().Add(time.Minute)
+	for rigState(t, rigPodDelete).Touches < 1 { // mid-session: the phone has been touched
+		if time.Now().After(deadline) {
+			t.Fatal("the session never touched the phone")
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 	if err := cluster.Client.Delete(ctxFor(t, 10*time.Second), pod); err != nil {
 		t.Fatalf("delete %s: %v", pod.Name, err)
 	}
@@ -198,7 +202,10 @@ func TestCancel(t *testing.T) {
 	setFaults(t, rigCancel, slowTaps)
 	create(t, newRun("e2e-cancel", rigCancel, "timer", "Set a 5 minute timer in the Clock app and start it."))
 	runningPod(t, "e2e-cancel-a1", time.Minute)
-	run := getRun(t, "e2e-cancel")
+	// The loop patches its progress into the run (through the pod's service account).
+	run := waitRun(t, "e2e-cancel", time.Minute, "showing the loop's progress", func(r *farmv1.AgentRun) bool {
+		return r.Status.Progress != nil && r.Status.Progress.Turn >= 1
+	})
 	patch := client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"cancel":true}}`))
 	if err := cluster.Client.Patch(ctxFor(t, 10*time.Second), run, patch); err != nil {
 		t.Fatalf("cancel: %v", err)

@@ -179,7 +179,7 @@ func waitRigPhase(t *testing.T, rigIndex int, phase farmv1.RigPhase, timeout tim
 	deadline := time.Now().Add(timeout)
 	var r farmv1.DeviceRig
 	for {
-		err := cluster.Client.Get(context.Background(), client.ObjectKey{Name: rig(rigIndex)}, &r)
+		err := cluster.Client.Get(context.Background(), client.ObjectKey{Namespace: devcluster.RunNamespace, Name: rig(rigIndex)}, &r)
 		if err == nil && r.Status.Phase == phase {
 			return &r
 		}
