@@ -29,7 +29,7 @@ func TestTwoRunsOneRig(t *testing.T) {
 	t.Parallel()
 	setFaults(t, rigTwoRuns, slowTaps)
 	first := newRun("e2e-two-1", rigTwoRuns, "timer", "Set a 5 minute timer in the Clock app and start it.")
-	second := newRun("e2e-two-2", rigTwoRuns, "wifi", "Turn Wi-Fi off in Settings.")
+	second := newRun("e2e-two-2", rigTwoRuns, "wifi-off", "Turn Wi-Fi off in Settings.")
 	create(t, first)
 	waitRun(t, first.Name, time.Minute, "Running", func(r *farmv1.AgentRun) bool { return r.Status.Phase == farmv1.RunRunning })
 	create(t, second)
