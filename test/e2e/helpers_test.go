@@ -220,3 +220,9 @@ func envOf(pod *corev1.Pod, name string) string {
 	}
 	return ""
 }
+
+// timerStarted is the ground truth of the timer scenario: a 5-minute timer was
+// started (with slowed taps the phone's clock runs fast, so it may have fired).
+func timerStarted(st phone.State) bool {
+	return st.Timer.DurationSeconds == 300 && (st.Timer.Running || st.Timer.Fired)
+}
