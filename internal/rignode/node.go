@@ -1,6 +1,7 @@
 package rignode
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -119,9 +120,17 @@ func NodeSpec(cfg NodeConfig) corev1.Node {
 	cond := func(t corev1.NodeConditionType, s corev1.ConditionStatus, reason, msg string) corev1.NodeCondition {
 		return corev1.NodeCondition{Type: t, Status: s, Reason: reason, Message: msg, LastHeartbeatTime: now, LastTransitionTime: now}
 	}
-	addrs := []corev1.NodeAddress{{Type: corev1.NodeHostName, Address: name}}
+	var addrs []corev1.NodeAddress
 	if ip := cfg.Provider.NodeIP; ip != "" {
-		addrs = append([]corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}, addrs...)
+		addrs = append(addrs, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip})
+	}
+	// The API server prefers the Hostname address when it dials the kubelet
+	// API; register it only when the node name resolves, so logs keep working
+	// through the InternalIP otherwise.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := net.DefaultResolver.LookupHost(ctx, name); err == nil {
+		addrs = append(addrs, corev1.NodeAddress{Type: corev1.NodeHostName, Address: name})
 	}
 	return corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},

@@ -252,9 +252,9 @@ func TestContainerLogs(t *testing.T) {
 
 	// Through the API server, which dials rignode's kubelet API.
 	waitPod(t, pod, 30*time.Second, "phase Succeeded", phaseIs(corev1.PodSucceeded))
-	raw, err := cs.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{TailLines: ptr.To[int64](3)}).DoRaw(ctx)
+	raw, err := cs.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{TailLines: ptr.To[int64](3)}).Do(ctx).Raw()
 	if err != nil {
-		t.Fatalf("pods/log through the API server: %v", err)
+		t.Fatalf("pods/log through the API server: %v: %s", err, raw)
 	}
 	if string(raw) != "line 3\nline 4\nline 5\n" {
 		t.Fatalf("pods/log = %q", raw)

@@ -197,7 +197,9 @@ func (p *Provider) GetPods(context.Context) ([]*corev1.Pod, error) {
 	for _, r := range runs {
 		out = append(out, r.snapshot())
 	}
-	sort.Slice(out, func(i, j int) bool { return podKey(out[i].Namespace, out[i].Name) < podKey(out[j].Namespace, out[j].Name) })
+	sort.Slice(out, func(i, j int) bool {
+		return podKey(out[i].Namespace, out[i].Name) < podKey(out[j].Namespace, out[j].Name)
+	})
 	return out, nil
 }
 
