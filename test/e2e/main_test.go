@@ -9,7 +9,8 @@
 //
 // E2E_BASE_PORT moves the cluster's ports (default 27400), E2E_MANAGER=host
 // runs the operator as a host process instead of from the Helm chart, and
-// E2E_KEEP=1 leaves the cluster up afterwards (stop it with devcluster down --dir).
+// E2E_KEEP=1 leaves the cluster up afterwards (stop it with devcluster down --dir),
+// E2E_BUILD=0 uses bin/ as it is instead of building the binaries first.
 package e2e
 
 import (
@@ -56,7 +57,7 @@ func run(m *testing.M) int {
 	defer stop()
 	begin := time.Now()
 	cluster, err = devcluster.Up(ctx, devcluster.Config{
-		Root: root, Dir: dir, Rigs: rigCount, BasePort: base, Manager: mgr, Build: true,
+		Root: root, Dir: dir, Rigs: rigCount, BasePort: base, Manager: mgr, Build: os.Getenv("E2E_BUILD") != "0",
 		K8sDir: os.Getenv("KUBEBUILDER_ASSETS"), RigsimArgs: []string{"--reply-after=30s"},
 	})
 	if err != nil {
