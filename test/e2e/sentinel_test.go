@@ -9,12 +9,13 @@ import (
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/devcluster"
+	"github.com/clawfarm/clawfarm/internal/followup"
 )
 
 // DONE: the run succeeds on attempt 1 and the phone's timer really runs.
@@ -134,22 +135,28 @@ func TestWaitFollowUp(t *testing.T) {
 		t.Fatalf("CronJob schedule %q does not pin the fire time %s", cj.Spec.Schedule, want.Format(time.RFC3339))
 	}
 
-	// Watch for the Job the CronJob controller creates: the proof it fired.
+	// The follow-up run appears once the CronJob controller has fired the
+	// CronJob and its Job's `manager followup` has created it — well before
+	// the operator's own fallback (fire time + starting deadline) would.
+	fallback := fu.FireTime.Add(followup.StartingDeadlineSeconds * time.Second)
+	f1 := waitRun(t, "e2e-wait-f1", time.Until(fu.FireTime.Time)+2*time.Minute, "created", func(*farmv1.AgentRun) bool { return true })
+	if !f1.CreationTimestamp.Time.Before(fallback) {
+		t.Fatalf("e2e-wait-f1 was created at %s, not before the fallback at %s", f1.CreationTimestamp, fallback)
+	}
+	// The CronJob controller's event says it created the Job (the Job itself
+	// goes with the CronJob once the follow-up exists).
 	fired := ""
-	deadline := fu.FireTime.Add(2 * time.Minute)
-	for fired == "" && time.Now().Before(deadline) {
-		var jobs batchv1.JobList
-		if err := cluster.Client.List(ctxFor(t, 10*time.Second), &jobs, client.InNamespace(run.Namespace)); err == nil {
-			for _, j := range jobs.Items {
-				if ref := metav1.GetControllerOf(&j); ref != nil && ref.Kind == "CronJob" && ref.Name == cj.Name {
-					fired = j.Name
-				}
-			}
+	var events corev1.EventList
+	if err := cluster.Client.List(ctxFor(t, 10*time.Second), &events, client.InNamespace(run.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range events.Items {
+		if e.InvolvedObject.Kind == "CronJob" && e.InvolvedObject.Name == cj.Name && e.Reason == "SuccessfulCreate" {
+			fired = e.Message
 		}
-		time.Sleep(time.Second)
 	}
 	if fired == "" {
-		t.Fatalf("the CronJob controller did not fire %s by %s", cj.Name, deadline.Format(time.RFC3339))
+		t.Fatalf("no SuccessfulCreate event of the CronJob controller for %s: it did not fire", cj.Name)
 	}
 	child := waitFinished(t, "e2e-wait-f1", farmv1.RunSucceeded)
 	if child.Status.Sentinel != "DONE" || child.Labels[farmv1.LabelParent] != "e2e-wait" {
@@ -166,7 +173,7 @@ func TestWaitFollowUp(t *testing.T) {
 	if len(st.Messages.Sent) != 1 || len(st.Messages.Received) != 1 || !strings.Contains(st.Messages.Received[0].Text, "7pm") {
 		t.Fatalf("ground truth: sent %+v received %+v; want one question and Ana's answer", st.Messages.Sent, st.Messages.Received)
 	}
-	t.Logf("WAIT → CronJob %s → Job %s → %s DONE", cj.Name, fired, child.Name)
+	t.Logf("WAIT → CronJob %s (%s) → %s DONE", cj.Name, fired, child.Name)
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
