@@ -213,10 +213,9 @@ func (k *Kubelet) start(ctx context.Context, pod *corev1.Pod) error {
 		if err := k.Client.SubResource("binding").Create(ctx, pod, b); err != nil && !apierrors.IsConflict(err) {
 			return err
 		}
-		if err := k.Client.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
-			return err
-		}
+		pod.Spec.NodeName = node
 	}
+	orig := pod.DeepCopy()
 	now := metav1.Now()
 	pod.Status.Phase = corev1.PodRunning
 	pod.Status.StartTime = &now
@@ -224,10 +223,12 @@ func (k *Kubelet) start(ctx context.Context, pod *corev1.Pod) error {
 		Name: "loop", Ready: true, Image: pod.Spec.Containers[0].Image,
 		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
 	}}
-	return k.Client.Status().Update(ctx, pod)
+	// A status patch, as kubelets send: it needs no fresh resourceVersion after the binding.
+	return k.Client.Status().Patch(ctx, pod, client.MergeFrom(orig))
 }
 
 func (k *Kubelet) end(ctx context.Context, pod *corev1.Pod, e Ending) {
+	orig := pod.DeepCopy()
 	now := metav1.Now()
 	pod.Status.Phase = corev1.PodFailed
 	if e.ExitCode == 0 && e.PodReason == "" && !e.Disruption {
@@ -257,7 +258,7 @@ func (k *Kubelet) end(ctx context.Context, pod *corev1.Pod, e Ending) {
 			ExitCode: e.ExitCode, Reason: reason, Message: e.Message, StartedAt: start, FinishedAt: now,
 		}},
 	}}
-	if err := k.Client.Status().Update(ctx, pod); err != nil {
+	if err := k.Client.Status().Patch(ctx, pod, client.MergeFrom(orig)); err != nil {
 		return
 	}
 	k.markEnded(pod.Namespace+"/"+pod.Name, pod.Namespace+"/"+pod.Labels[farmv1.LabelRig])

@@ -206,6 +206,22 @@ func TestBenchOperator(t *testing.T) {
 		}}
 	go kl.Run(ctx)
 
+	if path := os.Getenv("BENCH_APISERVER_PROFILE"); path != "" {
+		// A CPU profile of kube-apiserver during the runs, for finding where its time goes.
+		go func() {
+			rc, err := rest.RESTClientFor(withCodec(kcfg))
+			if err != nil {
+				t.Log(err)
+				return
+			}
+			b, err := rc.Get().AbsPath("/debug/pprof/profile").Param("seconds", "15").DoRaw(ctx)
+			if err != nil {
+				t.Log("apiserver profile:", err)
+				return
+			}
+			_ = os.WriteFile(path, b, 0o644)
+		}()
+	}
 	before := counter.writes.Load()
 	counter.mu.Lock()
 	counter.byKey = nil // the per-resource table counts from here, as the total does
@@ -277,6 +293,14 @@ func TestBenchOperator(t *testing.T) {
 	if v := kl.Violations(); len(v) > 0 {
 		t.Fatalf("exclusivity violated: %v", v[:min(5, len(v))])
 	}
+}
+
+func withCodec(c *rest.Config) *rest.Config {
+	c = rest.CopyConfig(c)
+	c.GroupVersion = &corev1.SchemeGroupVersion
+	c.APIPath = "/api"
+	c.NegotiatedSerializer = clientgoscheme.Codecs.WithoutConversion()
+	return c
 }
 
 // peakRSS is the process's high-water resident set (VmHWM), in bytes.
