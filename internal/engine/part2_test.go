@@ -191,8 +191,9 @@ func TestScratchpadCap(t *testing.T) {
 }
 
 // Nine turns without a plan: the ninth turn's tap is refused, note is not.
+// Rejected turn shapes do not count.
 func TestPlanGateInTheLoop(t *testing.T) {
-	var steps []pt.Step
+	steps := []pt.Step{{Text: "let me think"}, {Text: "still thinking"}}
 	for i := 0; i < 9; i++ {
 		steps = append(steps, step("tapping", "tap", `{"bbox":[0.1,0.1,0.2,0.2]}`))
 	}

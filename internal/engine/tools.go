@@ -27,6 +27,8 @@ type State struct {
 	FollowUp *contract.FollowUp `json:"followUp,omitempty"`
 	// Plan is the agent's plan (update_progress); nil until it writes one.
 	Plan *Plan `json:"plan,omitempty"`
+	// Unplanned counts the tool rounds run without a plan (the plan gate).
+	Unplanned int `json:"unplanned,omitempty"`
 	// Watchdog counts turns on the plan step in progress (engine/plan).
 	Watchdog Watchdog `json:"watchdog"`
 	// Guard is the stuck guard's memory (engine/stuckguard).

@@ -6,7 +6,8 @@
 //
 // Two rules keep the plan honest:
 //   - the plan gate: after GateTurns turns without a plan, every tool but
-//     note, update_progress and end_session is refused with the reason;
+//     note, update_progress and end_session is refused with the reason (a
+//     turn counts when its tools ran; a rejected turn shape does not);
 //   - the step watchdog: after WarnTurns turns on one step a warning is
 //     pinned to the tail; at ForceTurns the next gesture is refused once, so
 //     the agent re-plans.
@@ -128,7 +129,7 @@ func (p *Policy) Tail(s *engine.State) []provider.Message {
 	b.WriteString("[Pinned: your plan and scratchpad as they stand now. Shown with every request, never kept in the conversation.]\n")
 	if s.Plan == nil {
 		fmt.Fprintf(&b, "Plan: none yet. Write one with update_progress")
-		if s.Turn < GateTurns {
+		if s.Unplanned < GateTurns {
 			fmt.Fprintf(&b, " (after %d turns without a plan only note, update_progress and end_session run)", GateTurns)
 		} else {
 			b.WriteString(" now: other tools are refused until you do")
@@ -168,9 +169,9 @@ func (p *Policy) BeforeToolCall(_ context.Context, c hooks.ToolCall) hooks.Decis
 	case engine.ToolNote, engine.ToolUpdateProgress, engine.ToolEndSession:
 		return hooks.Decision{}
 	}
-	if s.Plan == nil && c.Turn > GateTurns {
+	if s.Plan == nil && s.Unplanned >= GateTurns {
 		return hooks.Decision{Block: true, Reason: fmt.Sprintf("%d turns have passed without a plan. Write one with update_progress "+
-			"(what the user said, your understanding, the steps with one in_progress); until then only note, update_progress and end_session run.", c.Turn-1)}
+			"(what the user said, your understanding, the steps with one in_progress); until then only note, update_progress and end_session run.", s.Unplanned)}
 	}
 	if w := &s.Watchdog; Gestures[c.Name] && w.Step != "" && w.Turns >= ForceTurns && !w.Fired {
 		w.Fired = true
@@ -180,8 +181,12 @@ func (p *Policy) BeforeToolCall(_ context.Context, c hooks.ToolCall) hooks.Decis
 	return hooks.Decision{}
 }
 
-// AfterRound counts the turn for the step in progress; a new step starts a new count.
+// AfterRound counts the turn: toward the plan gate while there is no plan,
+// else for the step in progress (a new step starts a new count).
 func (p *Policy) AfterRound(_ context.Context, s *engine.State, _ []provider.Message) {
+	if s.Plan == nil {
+		s.Unplanned++
+	}
 	cur := s.Plan.Current()
 	if cur != s.Watchdog.Step {
 		s.Watchdog = engine.Watchdog{Step: cur}

@@ -74,9 +74,10 @@ func TestPlanGate(t *testing.T) {
 		if d := p.BeforeToolCall(ctx, hooks.ToolCall{Turn: turn, Name: "tap"}); d.Block {
 			t.Fatalf("turn %d blocked", turn)
 		}
+		p.AfterRound(ctx, s, nil)
 	}
 	d := p.BeforeToolCall(ctx, hooks.ToolCall{Turn: GateTurns + 1, Name: "tap"})
-	if !d.Block || !strings.Contains(d.Reason, "without a plan") || !strings.Contains(d.Reason, "update_progress") {
+	if !d.Block || !strings.Contains(d.Reason, "8 turns have passed without a plan") || !strings.Contains(d.Reason, "update_progress") {
 		t.Fatalf("turn 9 without a plan: %+v", d)
 	}
 	for _, free := range []string{"note", "update_progress", "end_session"} {
