@@ -19,8 +19,9 @@ import (
 
 // policies are part 2's pieces, wired into an engine.Config.
 type policies struct {
-	dir   *state.Dir
-	trace io.WriteCloser // the event stream's copy in the trace
+	dir       *state.Dir
+	snapshots *snapshot.Writer
+	trace     io.WriteCloser // the event stream's copy in the trace
 }
 
 // openState opens (and locks) the rig's state directory; without --state-dir
@@ -54,6 +55,7 @@ func wire(ec *engine.Config, dir *state.Dir, c config, logf func(string, ...any)
 	if err != nil {
 		return nil, err
 	}
+	p.snapshots = sw
 	st := &engine.State{}
 	if c.Resume {
 		snap, msgs, err := snapshot.Load(dir, key)
@@ -102,6 +104,9 @@ func wire(ec *engine.Config, dir *state.Dir, c config, logf func(string, ...any)
 func (p *policies) Close() {
 	if p == nil {
 		return
+	}
+	if p.snapshots != nil {
+		p.snapshots.Close()
 	}
 	if p.trace != nil {
 		p.trace.Close()

@@ -54,6 +54,7 @@ func part2(t *testing.T, h *harness, dir *state.Dir, st *engine.State, snap bool
 		t.Fatal(err)
 	}
 	h.cfg.Observers = append(h.cfg.Observers, w)
+	t.Cleanup(func() { w.Close() })
 	return w
 }
 
@@ -292,10 +293,11 @@ func TestResumeAfterKillAtRandomTurn(t *testing.T) {
 	t.Logf("kill after turn %d (seed %d)", kill, seed)
 	dir := openDir(t)
 	cut := newHarness(t, steps...)
-	part2(t, cut, dir, nil, true)
+	cutWriter := part2(t, cut, dir, nil, true)
 	ctx, cancel := context.WithCancel(context.Background())
 	cut.cfg.Observers = append(cut.cfg.Observers, killAt{kill, cancel})
 	cut.run(ctx)
+	cutWriter.Close()
 
 	snap, msgs, err := snapshot.Load(dir, snapshot.Key("ns/run", 1))
 	if err != nil {
@@ -310,6 +312,7 @@ func TestResumeAfterKillAtRandomTurn(t *testing.T) {
 	w.Adopt(snap, msgs)
 	resumed.cfg.Resume = msgs
 	m := resumed.run(context.Background())
+	w.Close()
 	want(t, m, contract.Done, contract.ReasonEndTurn, 0)
 	if m.Turns != len(steps) {
 		t.Errorf("turns %d, want %d", m.Turns, len(steps))

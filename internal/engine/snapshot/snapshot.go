@@ -1,6 +1,7 @@
 // Package snapshot keeps an attempt resumable and traceable (seed 002,
 // "会话快照", strategy every_tool_round): after every tool round the session
-// state and transcript are written atomically (temp file, fsync, rename) to
+// state and transcript are written atomically (temp file, fsync, rename; the
+// directory is not fsynced, so a power cut may cost the newest turn) to
 // snapshots/<key>.json in the rig's state directory, and the session's trace
 // — the event stream and every screen — goes to traces/<key>/. An attempt
 // started with --resume loads the snapshot and carries on from it.
@@ -68,16 +69,25 @@ func Key(run string, attempt int) string {
 	return fmt.Sprintf("%s-a%d", strings.Trim(unsafe.ReplaceAllString(strings.ReplaceAll(run, "/", "_"), "-"), "-"), attempt)
 }
 
-// Writer is the round observer that writes snapshots and screens.
+// Writer is the round observer that writes snapshots and screens. The
+// round's screens are written, and the snapshot encoded, on the loop's
+// goroutine; the fsync'd write runs on the writer's own goroutine, so the
+// loop does not wait for the disk. A newer snapshot replaces one still
+// waiting; Flush (and Close) wait until the newest is on disk.
 type Writer struct {
 	dir   *state.Dir
 	key   string
 	now   func() time.Time
-	mu    sync.Mutex
-	files map[*provider.Image]string
+	files map[*provider.Image]string // loop goroutine only
 	seq   int
-	err   error
 	logf  func(string, ...any)
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	pending []byte
+	writing bool
+	closed  bool
+	err     error
 }
 
 // NewWriter writes snapshots of the attempt key into dir.
@@ -91,7 +101,54 @@ func NewWriter(dir *state.Dir, key string, now func() time.Time, logf func(strin
 	if err := os.MkdirAll(dir.Path("traces", key), 0o755); err != nil {
 		return nil, fmt.Errorf("trace directory: %w", err)
 	}
-	return &Writer{dir: dir, key: key, now: now, files: map[*provider.Image]string{}, logf: logf}, nil
+	w := &Writer{dir: dir, key: key, now: now, files: map[*provider.Image]string{}, logf: logf}
+	w.cond = sync.NewCond(&w.mu)
+	go w.run()
+	return w, nil
+}
+
+func (w *Writer) run() {
+	for {
+		w.mu.Lock()
+		for w.pending == nil && !w.closed {
+			w.cond.Wait()
+		}
+		if w.pending == nil {
+			w.mu.Unlock()
+			return
+		}
+		b := w.pending
+		w.pending, w.writing = nil, true
+		w.mu.Unlock()
+		err := state.WriteFileAtomicSyncFile(path(w.dir, w.key), b)
+		if err != nil {
+			w.logf("snapshot: %v", err)
+		}
+		w.mu.Lock()
+		w.writing, w.err = false, err
+		w.cond.Broadcast()
+		w.mu.Unlock()
+	}
+}
+
+// Flush waits until the newest snapshot is on disk and returns the last write's error.
+func (w *Writer) Flush() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for w.pending != nil || w.writing {
+		w.cond.Wait()
+	}
+	return w.err
+}
+
+// Close flushes and stops the writer.
+func (w *Writer) Close() error {
+	err := w.Flush()
+	w.mu.Lock()
+	w.closed = true
+	w.cond.Broadcast()
+	w.mu.Unlock()
+	return err
 }
 
 // TracePath is a file in this attempt's trace directory.
@@ -99,8 +156,6 @@ func (w *Writer) TracePath(name string) string { return w.dir.Path("traces", w.k
 
 // Adopt registers the screens of a loaded snapshot, so they are not written again.
 func (w *Writer) Adopt(s *Snapshot, msgs []provider.Message) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	for i := range msgs {
 		for k, im := range msgs[i].Images {
 			w.files[im] = s.Transcript[i].Images[k].File
@@ -109,17 +164,22 @@ func (w *Writer) Adopt(s *Snapshot, msgs []provider.Message) {
 	}
 }
 
-// AfterRound writes the snapshot (screens first, then the JSON).
+// AfterRound writes the round's screens and queues the snapshot.
 func (w *Writer) AfterRound(_ context.Context, s *engine.State, transcript []provider.Message) {
-	if err := w.Write(s, transcript); err != nil {
+	if err := w.queue(s, transcript); err != nil {
 		w.logf("snapshot: %v", err)
 	}
 }
 
-// Write writes one snapshot now.
+// Write writes one snapshot and waits until it is on disk.
 func (w *Writer) Write(s *engine.State, transcript []provider.Message) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	if err := w.queue(s, transcript); err != nil {
+		return err
+	}
+	return w.Flush()
+}
+
+func (w *Writer) queue(s *engine.State, transcript []provider.Message) error {
 	snap := Snapshot{Version: Version, Key: w.key, Taken: w.now().UTC(), State: *s, Transcript: make([]message, len(transcript))}
 	live := map[*provider.Image]bool{}
 	for i, m := range transcript {
@@ -131,7 +191,9 @@ func (w *Writer) Write(s *engine.State, transcript []provider.Message) error {
 			if !ok {
 				w.seq++
 				f = filepath.Join("traces", w.key, fmt.Sprintf("screen-t%04d-%d%s", s.Turn, w.seq, ext(im.MIMEType)))
-				if err := state.WriteFileAtomic(w.dir.Path(f), im.Data); err != nil {
+				// Screens skip the fsync (the snapshot's own fsync is the
+				// one that counts); Load survives a screen a power cut lost.
+				if err := state.WriteFileAtomicNoSync(w.dir.Path(f), im.Data); err != nil {
 					return fmt.Errorf("screen %s: %w", f, err)
 				}
 				w.files[im] = f
@@ -149,7 +211,14 @@ func (w *Writer) Write(s *engine.State, transcript []provider.Message) error {
 	if err != nil {
 		return err
 	}
-	return state.WriteFileAtomic(path(w.dir, w.key), b)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return errors.New("the snapshot writer is closed")
+	}
+	w.pending = b
+	w.cond.Broadcast()
+	return nil
 }
 
 func ext(mime string) string {
@@ -189,8 +258,11 @@ func Load(dir *state.Dir, key string) (*Snapshot, []provider.Message, error) {
 			ToolName: m.ToolName, IsError: m.IsError, ReasoningSignature: m.ReasoningSignature, RedactedReasoning: m.RedactedReasoning}
 		for _, im := range m.Images {
 			data, err := os.ReadFile(dir.Path(im.File))
-			if err != nil {
-				return nil, nil, fmt.Errorf("snapshot %s: screen %s: %w", key, im.File, err)
+			if err != nil || len(data) == 0 {
+				// A screen lost to a power cut: carry on without it; the
+				// agent looks again.
+				msgs[i].Text += " (this screen was lost when the previous attempt was cut; look again)"
+				continue
 			}
 			msgs[i].Images = append(msgs[i].Images, provider.NewImage(im.MIMEType, data))
 		}
