@@ -86,12 +86,16 @@ func WriteFileAtomic(path string, data []byte) error { return writeFile(path, da
 
 // WriteFileAtomicNoSync is WriteFileAtomic without the fsyncs: atomic for
 // every reader and across a killed process, but a power cut may lose it.
-func WriteFileAtomicNoSync(path string, data []byte) error { return writeFile(path, data, false, false) }
+func WriteFileAtomicNoSync(path string, data []byte) error {
+	return writeFile(path, data, false, false)
+}
 
 // WriteFileAtomicSyncFile fsyncs the file but not the directory: a power cut
 // leaves the new file or the previous one, whole (the snapshot's trade: one
 // fsync per turn instead of two).
-func WriteFileAtomicSyncFile(path string, data []byte) error { return writeFile(path, data, true, false) }
+func WriteFileAtomicSyncFile(path string, data []byte) error {
+	return writeFile(path, data, true, false)
+}
 
 func writeFile(path string, data []byte, syncFile, syncDir bool) error {
 	dir := filepath.Dir(path)
