@@ -3,6 +3,7 @@ package engine_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -21,6 +22,7 @@ import (
 	"github.com/clawfarm/clawfarm/internal/engine/tokens"
 	"github.com/clawfarm/clawfarm/internal/provider"
 	pt "github.com/clawfarm/clawfarm/internal/provider/providertest"
+	"github.com/clawfarm/clawfarm/internal/rig"
 	"github.com/clawfarm/clawfarm/internal/state"
 )
 
@@ -354,4 +356,37 @@ func render(msgs []provider.Message) string {
 		b.WriteByte('\n')
 	}
 	return b.String()
+}
+
+// stillRig is a phone whose screen never changes.
+type stillRig struct{ taps int }
+
+func (r *stillRig) Tools() []provider.ToolSpec {
+	return []provider.ToolSpec{{Name: "tap", Schema: []byte(`{"type":"object","properties":{"bbox":{"type":"array","items":{"type":"number"}}},"required":["bbox"]}`)}}
+}
+func (r *stillRig) Instructions() string { return "" }
+func (r *stillRig) Call(_ context.Context, name string, _ json.RawMessage) (rig.Result, error) {
+	r.taps++
+	return rig.Result{Text: "Tapped at bbox\n" + stuckguard.NoChange + "\nhint: nothing there"}, nil
+}
+
+// The stuck guard in the loop: the same dead target warns at the 3rd press
+// and is refused at the 5th, which never reaches the phone.
+func TestStuckGuardInTheLoop(t *testing.T) {
+	steps := []pt.Step{step("planning", "update_progress", onePlan)}
+	for i := 0; i < 5; i++ {
+		steps = append(steps, step("tap send", "tap", `{"bbox":[0.8,0.9,0.9,0.95]}`))
+	}
+	h := newHarness(t, append(steps, end("STUCK"))...)
+	part2(t, h, openDir(t), nil, false)
+	still := &stillRig{}
+	h.cfg.Rig = still
+	h.run(context.Background())
+	taps := resultsFor(h.sess.Transcript(), "tap")
+	if len(taps) != 5 || strings.Contains(taps[1], "warning") || !strings.Contains(taps[2], "warning: press 3") || !strings.HasPrefix(taps[4], "blocked: refused") {
+		t.Fatalf("tap results %q", taps)
+	}
+	if still.taps != 4 {
+		t.Errorf("%d taps reached the phone, want 4", still.taps)
+	}
 }
