@@ -130,3 +130,39 @@ func waitFor(t *testing.T, cond func() bool) {
 		t.Fatal("timed out waiting")
 	}
 }
+
+// test/scenarios/remember.yaml through the loop: the plan, memory and log
+// tools reach the rig's state directory.
+func TestRememberScenario(t *testing.T) {
+	lib, err := modelsim.Builtin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lib.LoadDir("../../test/scenarios"); err != nil {
+		t.Fatal(err)
+	}
+	model := httptest.NewServer(modelsim.NewServer(lib).Handler())
+	defer model.Close()
+	sim := httptest.NewServer(rigsim.New("r1", rigsim.Config{}).Handler())
+	defer sim.Close()
+	dir := t.TempDir()
+	env := loopEnv(t, model.URL, sim.URL+"/mcp", "CLAWFARM_MODEL=sim/remember", "CLAWFARM_STATE_DIR="+dir,
+		"CLAWFARM_TRIGGER=Turn Wi-Fi off.", "CLAWFARM_MODEL_TIMEOUT_SECONDS=30")
+	res := runChild(t, env, nil, nil)
+	check(t, res, contract.ExitDone, contract.Done, contract.ReasonEndTurn)
+	mem, err := os.ReadFile(filepath.Join(dir, "memory.md"))
+	if err != nil || !strings.Contains(string(mem), "Wi-Fi switch: Settings → Wi-Fi") {
+		t.Errorf("memory.md %q %v", mem, err)
+	}
+	logs, _ := filepath.Glob(filepath.Join(dir, "logs", "*.md"))
+	if len(logs) != 1 {
+		t.Fatalf("logs %v", logs)
+	}
+	if b, _ := os.ReadFile(logs[0]); !strings.Contains(string(b), "turned Wi-Fi off on request") {
+		t.Errorf("log %q", b)
+	}
+	// The plan was accepted, and the plan gate never refused a tool.
+	if !strings.Contains(res.stdout, "plan updated; step in progress: 1. read what I know about this phone") || strings.Contains(res.stdout, "blocked:") {
+		t.Error("the plan was rejected or a tool was blocked")
+	}
+}
