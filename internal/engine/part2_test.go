@@ -99,6 +99,9 @@ func TestStateToolsThroughTheLoop(t *testing.T) {
 		step("listing", "list_jobs", `{"status":"active"}`),
 		step("cancelling", "finish_job", `{"id":"water","status":"cancel","recap":"no plants after all"}`),
 		step("waiting", "wait", `{"seconds":5}`),
+		step("later look", "create_job", `{"id":"second-look","schedule":"0 13 29 11 *","description":"look again","context":"if still silent"}`),
+		step("no second look", "finish_job", `{"id":"read-ana-reply","status":"cancel","recap":"replaced"}`),
+		step("first look after all", "create_job", `{"id":"read-ana-reply","schedule":"20 12 29 11 *","description":"read Ana's answer","context":"asked about dinner"}`),
 		end("WAIT"),
 	)
 	part2(t, h, dir, nil, false)
@@ -122,7 +125,7 @@ func TestStateToolsThroughTheLoop(t *testing.T) {
 	if !strings.Contains(string(h.model.Body(0)), "message: Send a message to a contact") {
 		t.Error("the skill index is not in the system prompt")
 	}
-	if r := resultsFor(tr, "create_job"); len(r) != 3 || !strings.Contains(r[0], "at least 30m0s apart") || !strings.Contains(r[1], "next run 2026-11-29T12:20:00Z") {
+	if r := resultsFor(tr, "create_job"); len(r) != 5 || !strings.Contains(r[0], "at least 30m0s apart") || !strings.Contains(r[1], "next run 2026-11-29T12:20:00Z") {
 		t.Errorf("create_job %q", r)
 	}
 	if r := resultsFor(tr, "list_jobs"); len(r) != 1 || !strings.Contains(r[0], "read-ana-reply: active") || !strings.Contains(r[0], "water: active") {
@@ -135,6 +138,9 @@ func TestStateToolsThroughTheLoop(t *testing.T) {
 		{Op: contract.JobCreate, ID: "read-ana-reply", Kind: contract.JobOneTime, Schedule: "20 12 29 11 *", Description: "read Ana's answer", Context: "asked about dinner"},
 		{Op: contract.JobCreate, ID: "water", Kind: contract.JobPeriodic, Schedule: "0 9 * * *", Description: "water plants", Context: "daily"},
 		{Op: contract.JobFinish, ID: "water", Status: "cancel"},
+		{Op: contract.JobCreate, ID: "second-look", Kind: contract.JobOneTime, Schedule: "0 13 29 11 *", Description: "look again", Context: "if still silent"},
+		{Op: contract.JobFinish, ID: "read-ana-reply", Status: "cancel"},
+		{Op: contract.JobCreate, ID: "read-ana-reply", Kind: contract.JobOneTime, Schedule: "20 12 29 11 *", Description: "read Ana's answer", Context: "asked about dinner"},
 	}
 	if fmt.Sprint(m.Jobs) != fmt.Sprint(wantJobs) {
 		t.Errorf("jobs %+v\nwant %+v", m.Jobs, wantJobs)
@@ -388,5 +394,29 @@ func TestStuckGuardInTheLoop(t *testing.T) {
 	}
 	if still.taps != 4 {
 		t.Errorf("%d taps reached the phone, want 4", still.taps)
+	}
+}
+
+// Cancelling the follow-up's job hands the follow-up to the next one-time job.
+func TestFollowUpMovesToTheNextJob(t *testing.T) {
+	h := newHarness(t,
+		step("planning", "update_progress", onePlan),
+		step("soon", "create_job", `{"id":"soon","schedule":"20 12 29 11 *","description":"look soon","context":"a"}`),
+		step("later", "create_job", `{"id":"later","schedule":"0 13 29 11 *","description":"look later","context":"b"}`),
+		step("not soon", "finish_job", `{"id":"soon","status":"cancel","recap":"no"}`),
+		end("WAIT"))
+	part2(t, h, openDir(t), nil, false)
+	m := h.run(context.Background())
+	if f := m.FollowUp; f == nil || f.Job != "later" || f.AfterMinutes != 60 {
+		t.Fatalf("follow-up %+v, want the later job in 60 minutes", f)
+	}
+	h2 := newHarness(t,
+		step("planning", "update_progress", onePlan),
+		step("soon", "create_job", `{"id":"soon","schedule":"20 12 29 11 *","description":"look soon","context":"a"}`),
+		step("not soon", "finish_job", `{"id":"soon","status":"done","recap":"no"}`),
+		end("WAIT"))
+	part2(t, h2, openDir(t), nil, false)
+	if f := h2.run(context.Background()).FollowUp; f == nil || f.Job != "" || f.AfterMinutes != engine.DefaultFollowUpMinutes {
+		t.Fatalf("follow-up %+v, want the automatic one", f)
 	}
 }

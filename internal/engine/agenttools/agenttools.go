@@ -165,12 +165,7 @@ func (t *Tools) createJob() engine.LocalTool {
 			}
 			c.State.Jobs = append(c.State.Jobs, contract.Job{Op: contract.JobCreate, ID: j.ID, Kind: contract.JobKind(j.Kind),
 				Schedule: j.Schedule, Description: j.Description, Context: j.Context})
-			if j.Kind == state.KindOneTime {
-				mins := int(math.Ceil(j.NextRun.Sub(now).Minutes()))
-				if f := c.State.FollowUp; f == nil || f.Job != "" && mins < f.AfterMinutes {
-					c.State.FollowUp = &contract.FollowUp{AfterMinutes: max(mins, 1), Context: j.Description + ". " + j.Context, Job: j.ID}
-				}
-			}
+			t.pickFollowUp(c.State, now)
 			return engine.Output{Text: fmt.Sprintf("job %s created (%s, %s UTC); next run %s", j.ID, j.Kind, j.Schedule, j.NextRun.Format(time.RFC3339))}
 		},
 	}
@@ -211,6 +206,32 @@ func (t *Tools) listJobs() engine.LocalTool {
 	}
 }
 
+// pickFollowUp makes the earliest one-time job created in this session and
+// still active the WAIT's follow-up (none: the automatic one).
+func (t *Tools) pickFollowUp(s *engine.State, now time.Time) {
+	var best *state.Job
+	for _, cj := range s.Jobs {
+		if cj.Op != contract.JobCreate || cj.Kind != contract.JobOneTime {
+			continue
+		}
+		j, err := t.Dir.GetJob(cj.ID)
+		if err != nil || j.Status != state.JobActive || j.Kind != state.KindOneTime {
+			continue
+		}
+		if best == nil || j.NextRun.Before(best.NextRun) {
+			best = &j
+		}
+	}
+	if best == nil {
+		if s.FollowUp != nil && s.FollowUp.Job != "" {
+			s.FollowUp = nil
+		}
+		return
+	}
+	mins := max(int(math.Ceil(best.NextRun.Sub(now).Minutes())), 1)
+	s.FollowUp = &contract.FollowUp{AfterMinutes: mins, Context: best.Description + ". " + best.Context, Job: best.ID}
+}
+
 func describe(j state.Job) string {
 	s := fmt.Sprintf("%s: %s, %s %q UTC, %s", j.ID, j.Status, j.Kind, j.Schedule, j.Description)
 	if j.Context != "" {
@@ -234,9 +255,7 @@ func (t *Tools) finishJob() engine.LocalTool {
 				return fail(err)
 			}
 			c.State.Jobs = append(c.State.Jobs, contract.Job{Op: contract.JobFinish, ID: j.ID, Status: j.Status})
-			if f := c.State.FollowUp; f != nil && f.Job == j.ID {
-				c.State.FollowUp = nil
-			}
+			t.pickFollowUp(c.State, t.Clock.Now())
 			return engine.Output{Text: "job " + j.ID + " finished: " + j.Status}
 		},
 	}
