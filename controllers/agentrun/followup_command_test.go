@@ -9,6 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	batchv1 "k8s.io/api/batch/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -185,4 +187,60 @@ func metricValue(t *testing.T, g prometheus.Gatherer, name string, labelPairs ..
 	}
 	t.Fatalf("no sample %s%v", name, labelPairs)
 	return 0
+}
+
+// A WAIT whose follow-up was taken from a one-time job the session created
+// (followUp.job) makes one wake-up, not two: the WAIT follow-up carries it.
+func TestWaitForAJobMakesOneFollowUp(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	makeRig(t, ns, "rig", nil)
+	m := contract.TerminationMessage{Sentinel: contract.Wait, Retryable: true, Recap: "asked Ana; check at 14:30", ExitReason: contract.ReasonEndTurn,
+		FollowUp: &contract.FollowUp{AfterMinutes: 30, Context: "read Ana's reply", Job: "check-reply"},
+		Jobs: []contract.Job{
+			{Op: contract.JobCreate, ID: "check-reply", Kind: contract.JobOneTime, Schedule: "30 14 1 12 *", Description: "read Ana's reply"},
+			{Op: contract.JobCreate, ID: "water", Kind: contract.JobPeriodic, Schedule: "0 9 * * *", Description: "water plants"},
+		}}
+	b, _ := m.Encode()
+	scripts.set(ns, "ask", byPod(nil, fakekubelet.Ending{After: 50 * time.Millisecond, ExitCode: 10, Message: string(b)}))
+	create(t, newRun(ns, "ask", "rig"))
+	run := waitPhase(t, ns, "ask", farmv1.RunWaiting)
+	eventually(t, "the WAIT CronJob", func() bool {
+		return k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "ask-fu"}, &batchv1.CronJob{}) == nil
+	})
+	if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: followup.AgentJobCronJobName("rig", "check-reply")}, &batchv1.CronJob{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the job the WAIT follow-up carries got its own CronJob too (err %v): two runs would wake the rig", err)
+	}
+	if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: followup.AgentJobCronJobName("rig", "water")}, &batchv1.CronJob{}); err != nil {
+		t.Fatalf("an unrelated periodic job must still get its CronJob: %v", err)
+	}
+	var carried *farmv1.AgentJobStatus
+	for i := range run.Status.Jobs {
+		if run.Status.Jobs[i].ID == "check-reply" {
+			carried = &run.Status.Jobs[i]
+		}
+	}
+	if carried == nil || carried.CronJob != "ask-fu" || !strings.Contains(carried.Message, "WAIT follow-up") {
+		t.Fatalf("status.jobs must say the WAIT follow-up carries the job: %+v", run.Status.Jobs)
+	}
+
+	// With follow-ups disabled, nothing would carry it: the job gets its own CronJob.
+	scripts.set(ns, "ask-alone", byPod(nil, fakekubelet.Ending{After: 50 * time.Millisecond, ExitCode: 10, Message: string(b)}))
+	// maxChain 0 sent as a manifest would send it (a Go zero value is omitted and defaulted).
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(newRun(ns, "ask-alone", "rig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unstructured.SetNestedField(u, int64(0), "spec", "followUp", "maxChain"); err != nil {
+		t.Fatal(err)
+	}
+	alone := &unstructured.Unstructured{Object: u}
+	alone.SetGroupVersionKind(farmv1.GroupVersion.WithKind("AgentRun"))
+	if err := k8s.Create(ctx, alone); err != nil {
+		t.Fatal(err)
+	}
+	waitRun(t, ns, "ask-alone", func(r *farmv1.AgentRun) bool { return r.Status.Phase.Finished() })
+	if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: followup.AgentJobCronJobName("rig", "check-reply")}, &batchv1.CronJob{}); err != nil {
+		t.Fatalf("with follow-ups disabled the job must get its own CronJob: %v", err)
+	}
 }
