@@ -61,9 +61,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return badConfig(cfg, err, stderr)
 	}
-	if cfg.Resume {
-		logf("resume requested: this engine keeps no snapshots yet, so the attempt starts fresh")
-	}
 
 	var sink engine.ProgressSink
 	var patcher *progress.Patcher
@@ -75,11 +72,36 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 	}
 
-	em := events.NewEmitter(stdout, red, nil)
 	budget := time.Duration(cfg.SessionSeconds) * time.Second
 	var msg contract.TerminationMessage
-	rc, err := rig.Dial(ctx, rig.Config{Endpoint: cfg.RigEndpoint, ReconnectWindow: rigReconnectWindow})
+	ec := engine.Config{
+		Run: cfg.Run, Attempt: cfg.Attempt, Trigger: cfg.Trigger,
+		MaxTurns: cfg.MaxTurns, SessionBudget: budget, ContextWindow: cfg.ContextWindow,
+		Provider: model, Progress: sink, Redactor: red,
+		Hooks: hooks.NewDenyTools(cfg.DenyTools), Clock: sessionClock,
+		Logf: logf,
+	}
+	if ec.Clock == nil {
+		ec.Clock = engine.RealClock{}
+	}
+	em := events.NewEmitter(stdout, red, nil)
+	dir, closeState, err := openState(cfg.StateDir, logf)
+	var parts *policies
+	if err == nil {
+		defer closeState()
+		parts, err = wire(&ec, dir, cfg, logf)
+		defer parts.Close()
+		if err == nil {
+			em = events.NewEmitter(io.MultiWriter(stdout, parts.trace), red, nil)
+		}
+	}
 	if err != nil {
+		// The state directory is locked by another loop, or unusable: this
+		// attempt cannot run on this rig now; a fresh one may.
+		msg = contract.TerminationMessage{Sentinel: contract.Stuck, Retryable: true, ExitReason: contract.ReasonRigUnavailable,
+			Recap: red.String("stopped before the first turn: the rig's state directory: " + err.Error())}
+		em.Emit(events.Done(msg))
+	} else if rc, err := rig.Dial(ctx, rig.Config{Endpoint: cfg.RigEndpoint, ReconnectWindow: rigReconnectWindow}); err != nil {
 		reason, text := contract.ReasonRigUnavailable, "stopped before the first turn: "+err.Error()
 		if ctx.Err() != nil {
 			reason, text = contract.ReasonUserCancel, "stopped before the first turn: the attempt was cancelled"
@@ -88,13 +110,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		em.Emit(events.Done(msg))
 	} else {
 		defer rc.Close()
-		msg = runSession(ctx, engine.Config{
-			Run: cfg.Run, Attempt: cfg.Attempt, Trigger: cfg.Trigger,
-			MaxTurns: cfg.MaxTurns, SessionBudget: budget, ContextWindow: cfg.ContextWindow,
-			Provider: model, Rig: rc, Events: em, Progress: sink, Redactor: red,
-			Hooks: hooks.Chain{hooks.NewDenyTools(cfg.DenyTools)}, Clock: sessionClock,
-			Logf: logf,
-		}, logf)
+		ec.Rig, ec.Events = rc, em
+		msg = runSession(ctx, ec, logf)
 	}
 	if patcher != nil {
 		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -153,7 +153,7 @@ func TestEndToEnd(t *testing.T) {
 		{"turn limit", uniq(step(note, peek)), []string{"--max-turns", "2"}, 12, contract.Stuck, contract.ReasonMaxRounds},
 		{"session budget", uniq(step(note, peek), pt.Step{Status: 429, ErrType: "rate_limit_exceeded", ErrMessage: "wait", RetryAfter: "600"}),
 			[]string{"--session-seconds", "60"}, 13, contract.Stuck, contract.ReasonBudgetExhausted},
-		{"auth failure", uniq(pt.Step{Status: 401, ErrType: "invalid_api_key", ErrMessage: "Incorrect API key provided: " + key}), nil, 12, contract.Stuck, contract.ReasonFatalError},
+		{"auth failure", uniq(pt.Step{Status: 401, ErrType: "invalid_api_key", ErrMessage: "Incorrect API key provided: " + key}), nil, contract.ExitStuckNonRetryable, contract.Stuck, contract.ReasonFatalError},
 		{"content filter", uniq(pt.Step{Text: "…", Finish: "content_filter"}), nil, 1, contract.Fail, contract.ReasonFatalError},
 		{"context overflow", uniq(pt.Step{Status: 400, ErrType: "context_length_exceeded", ErrMessage: "maximum context length exceeded"}), nil, 12, contract.Stuck, contract.ReasonCompactionExhausted},
 		{"preflight", uniq(step(note, peek)), []string{"--context-window", "1000"}, 12, contract.Stuck, contract.ReasonContextOverflow},

@@ -115,9 +115,25 @@ func (s *step) followedUp(ctx context.Context, child string, byController bool) 
 // materialiseJobs turns the agent's create_job / finish_job into CronJobs.
 // It runs before the outcome is written, and every step is idempotent, so a
 // restart in between repeats it harmlessly.
+//
+// A one-time job the WAIT's follow-up was taken from (followUp.job) wakes the
+// rig at the same time as the follow-up: it is not made twice. The WAIT
+// follow-up carries it, unless the chain limit stops follow-ups, and then the
+// job's own CronJob does.
 func (s *step) materialiseJobs(ctx context.Context, rig string, o attempt.Outcome) {
+	carried := ""
+	if m := o.Message; o.Class == farmv1.OutcomeWait && m.FollowUp != nil && m.FollowUp.Job != "" {
+		if _, allowed := followup.NextOf(s.run); allowed {
+			carried = m.FollowUp.Job
+		}
+	}
 	for _, job := range o.Message.Jobs {
 		name := followup.AgentJobCronJobName(rig, job.ID)
+		if job.Op == contract.JobCreate && job.ID == carried && job.Kind != contract.JobPeriodic {
+			s.recordJob(farmv1.AgentJobStatus{ID: job.ID, Op: string(job.Op), Schedule: job.Schedule,
+				CronJob: followup.WaitCronJobName(s.run.Name), Message: "carried by this run's WAIT follow-up"})
+			continue
+		}
 		var err error
 		switch job.Op {
 		case contract.JobCreate:

@@ -186,6 +186,13 @@ func ends(s contract.Sentinel, retryable bool, recap string, after time.Duration
 	return fakekubelet.Ending{After: after, ExitCode: int32(m.ExitCode()), Message: string(b)}
 }
 
+// endsFor ends a pod with a sentinel not retryable and an exit reason (exit 13 for STUCK).
+func endsFor(s contract.Sentinel, reason contract.ExitReason, recap string) fakekubelet.Ending {
+	m := contract.TerminationMessage{Sentinel: s, Retryable: false, Recap: recap, ExitReason: reason, Turns: 3}
+	b, _ := m.Encode()
+	return fakekubelet.Ending{After: 50 * time.Millisecond, ExitCode: int32(m.ExitCode()), Message: string(b)}
+}
+
 // byAttempt scripts a run's pods by attempt pod name.
 func byPod(endings map[string]fakekubelet.Ending, otherwise fakekubelet.Ending) func(*corev1.Pod) fakekubelet.Ending {
 	return func(p *corev1.Pod) fakekubelet.Ending {

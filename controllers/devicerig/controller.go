@@ -18,10 +18,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -38,6 +40,10 @@ type Config struct {
 	ProbeTimeout time.Duration
 	// MaxConcurrentReconciles of the controller (probes run inside reconciles).
 	MaxConcurrentReconciles int
+	// ReleaseSettle is how long a released rig waits before its status says
+	// Ready (default 1 s): when the next queued run takes the rig within it, the
+	// status goes straight from one run to the next, one write instead of two.
+	ReleaseSettle time.Duration
 }
 
 // Reconciler reconciles DeviceRigs.
@@ -312,15 +318,42 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&farmv1.DeviceRig{}).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.rigsOnNode)).
-		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-			if _, ok := o.GetLabels()[farmv1.LabelRig]; !ok {
-				return nil
-			}
-			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}}}
-		})).
+		Watches(&coordinationv1.Lease{}, r.leaseEvents()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.Config.MaxConcurrentReconciles)}).
 		Named("devicerig").
 		Complete(r)
+}
+
+// leaseEvents wakes a rig when its Lease is taken or changed, and a moment
+// after it is released (Config.ReleaseSettle).
+func (r *Reconciler) leaseEvents() handler.EventHandler {
+	settle := r.Config.ReleaseSettle
+	if settle == 0 {
+		settle = time.Second
+	}
+	rigOf := func(o client.Object) (reconcile.Request, bool) {
+		if _, ok := o.GetLabels()[farmv1.LabelRig]; !ok {
+			return reconcile.Request{}, false
+		}
+		return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}}, true
+	}
+	return handler.Funcs{
+		CreateFunc: func(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if req, ok := rigOf(e.Object); ok {
+				q.Add(req)
+			}
+		},
+		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if req, ok := rigOf(e.ObjectNew); ok {
+				q.Add(req)
+			}
+		},
+		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if req, ok := rigOf(e.Object); ok {
+				q.AddAfter(req, settle)
+			}
+		},
+	}
 }
 
 func (r *Reconciler) rigsOnNode(ctx context.Context, o client.Object) []reconcile.Request {

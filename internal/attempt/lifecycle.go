@@ -65,6 +65,8 @@ func Apply(run *farmv1.AgentRun, rec farmv1.AttemptRecord, o Outcome) Verdict {
 		return Verdict{farmv1.RunFailed, farmv1.ReasonTaskFailed, "the agent ended the session with FAIL"}
 	case farmv1.OutcomeBudget:
 		return Verdict{farmv1.RunFailed, farmv1.ReasonBudgetExhausted, "the attempt spent its session budget: " + o.Explanation}
+	case farmv1.OutcomeNotRetryable:
+		return Verdict{farmv1.RunFailed, farmv1.ReasonNotRetryable, o.Explanation}
 	case farmv1.OutcomeInvalidConfig:
 		return Verdict{farmv1.RunFailed, farmv1.ReasonInvalidConfig, "the loop refused its configuration: " + o.Explanation}
 	case farmv1.OutcomeCancelled:

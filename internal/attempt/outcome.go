@@ -135,6 +135,12 @@ func fromContainer(pod *corev1.Pod) Outcome {
 		}
 	}
 	o.Class, o.Counted = classOutcome(byCode)
+	if o.Class == farmv1.OutcomeBudget && o.Message != nil && o.Message.ExitReason != "" && o.Message.ExitReason != contract.ReasonBudgetExhausted {
+		// Exit 13 for another cause (a provider that refused the key, the
+		// account or the model): no fresh attempt can fix it.
+		o.Class = farmv1.OutcomeNotRetryable
+		o.Explanation = fmt.Sprintf("the loop ended STUCK and said no retry can help (%s): %s", o.Message.ExitReason, o.Message.Recap)
+	}
 	if o.Sentinel == "" {
 		o.Sentinel = string(sentinelOf(byCode))
 	}

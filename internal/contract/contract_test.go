@@ -125,3 +125,20 @@ func TestEnvironRoundTripNames(t *testing.T) {
 		t.Error("ParseRunRef accepted a ref without namespace")
 	}
 }
+
+// followUp.job (issue 4) round-trips and is left out when empty, so older readers see the same JSON.
+func TestFollowUpJob(t *testing.T) {
+	m := TerminationMessage{Sentinel: Wait, FollowUp: &FollowUp{AfterMinutes: 20, Context: "c", Job: "read-ana-reply"}}
+	b, err := m.Encode()
+	if err != nil || !strings.Contains(string(b), `"followUp":{"afterMinutes":20,"context":"c","job":"read-ana-reply"}`) {
+		t.Fatalf("%s %v", b, err)
+	}
+	got, err := DecodeTerminationMessage(b)
+	if err != nil || got.FollowUp.Job != "read-ana-reply" {
+		t.Fatalf("%+v %v", got, err)
+	}
+	m.FollowUp.Job = ""
+	if b, _ = m.Encode(); strings.Contains(string(b), `"job"`) {
+		t.Errorf("empty job encoded: %s", b)
+	}
+}

@@ -39,6 +39,10 @@ type Usage struct {
 type FollowUp struct {
 	AfterMinutes int    `json:"afterMinutes"`
 	Context      string `json:"context,omitempty"`
+	// Job names the one-time agent job (in Jobs) this follow-up was taken
+	// from: both wake the rig at the same time, and an operator that honours
+	// it schedules only one of them.
+	Job string `json:"job,omitempty"`
 }
 
 // JobOp is what happened to an agent-created job during the session.

@@ -41,7 +41,12 @@ func (s *Session) ask(ctx context.Context, req *provider.Request) (*provider.Rep
 			continue
 		case pe.Class.Fatal():
 			s.emit(events.Error(turn, string(pe.Class), pe.Error(), 0))
-			return nil, stuck(contract.ReasonFatalError, "stopped: the model provider refused the request: "+pe.Error())
+			end := stuck(contract.ReasonFatalError, "stopped: the model provider refused the request: "+pe.Error())
+			// A key, an account or a model name does not fix itself: no
+			// fresh attempt can succeed (exit 13). An invalid request may
+			// come from this transcript, so a fresh attempt may help.
+			end.Retryable = !noRetry(pe.Class)
+			return nil, end
 		}
 		now := s.cfg.Clock.Now()
 		if s.cfg.Breaker.Failure(now) {
@@ -84,3 +89,13 @@ type eventSink struct {
 
 func (e *eventSink) Text(d string)     { e.s.emit(events.TextDelta(e.turn, d)) }
 func (e *eventSink) Thinking(d string) { e.s.emit(events.Thinking(e.turn, d)) }
+
+// noRetry reports the provider failures a fresh attempt cannot fix (issue 3:
+// auth, billing, unknown model are fatal with no retry).
+func noRetry(c provider.ErrorClass) bool {
+	switch c {
+	case provider.ClassAuth, provider.ClassBilling, provider.ClassModelNotFound:
+		return true
+	}
+	return false
+}

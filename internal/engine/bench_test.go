@@ -18,10 +18,18 @@ import (
 
 	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/engine"
+	"github.com/clawfarm/clawfarm/internal/engine/agenttools"
+	"github.com/clawfarm/clawfarm/internal/engine/compaction"
+	"github.com/clawfarm/clawfarm/internal/engine/hooks"
+	"github.com/clawfarm/clawfarm/internal/engine/plan"
+	"github.com/clawfarm/clawfarm/internal/engine/snapshot"
+	"github.com/clawfarm/clawfarm/internal/engine/stuckguard"
+	"github.com/clawfarm/clawfarm/internal/engine/tokens"
 	"github.com/clawfarm/clawfarm/internal/provider"
 	"github.com/clawfarm/clawfarm/internal/provider/openai"
 	"github.com/clawfarm/clawfarm/internal/rig"
 	"github.com/clawfarm/clawfarm/internal/rig/rigtest"
+	"github.com/clawfarm/clawfarm/internal/state"
 )
 
 const (
@@ -39,7 +47,10 @@ func (s *scriptedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r.Body.Close()
 	n := s.n.Add(1)
 	action, args := "peek", `{}`
-	if n >= benchTurns {
+	switch {
+	case n == 1:
+		action, args = "update_progress", `{"user_said":"benchmark","steps":[{"title":"look at the screen 300 times","status":"in_progress"}]}`
+	case n >= benchTurns:
 		action, args = "end_session", `{"status":"DONE","recap":"benchmark done"}`
 	}
 	chunk := func(delta string, finish string) string {
@@ -155,11 +166,35 @@ func BenchmarkSession300(b *testing.B) {
 		model := openai.New(openai.Config{Options: provider.Options{BaseURL: "http://model.invalid/v1", APIKey: "k", Model: "bench",
 			HTTPClient: &http.Client{Transport: tr}}})
 		clock := &turnClock{last: time.Now(), provider: &pSpent, rig: &rSpent}
-		s := engine.New(engine.Config{
+		cfg := engine.Config{
 			Trigger: "benchmark", MaxTurns: benchTurns, ContextWindow: 1 << 30, SessionBudget: time.Hour,
 			Provider: timedProvider{model, &pSpent}, Rig: timedRig{&benchRig{tools: rigTools}, &rSpent},
-			Observers: []engine.RoundObserver{clock},
-		})
+		}
+		// Part 2, wired as cmd/loop wires it: plan, compaction, EMA, stuck
+		// guard, state tools, and a snapshot after every round (fsync included).
+		dir, err := state.Open(b.TempDir())
+		if err != nil {
+			b.Fatal(err)
+		}
+		st := &engine.State{}
+		pl := plan.New(st)
+		reg := engine.NewRegistry()
+		reg.MustRegister(pl.Tool())
+		if err := (&agenttools.Tools{Dir: dir}).Register(reg); err != nil {
+			b.Fatal(err)
+		}
+		sw, err := snapshot.NewWriter(dir, "bench-a1", nil, func(f string, a ...any) { b.Logf(f, a...) })
+		if err != nil {
+			b.Fatal(err)
+		}
+		cfg.State, cfg.Tools, cfg.Pinned = st, reg, pl
+		cfg.Compactor, cfg.Estimator = compaction.Policy{}, tokens.NewEMA()
+		cfg.Hooks = hooks.Chain{pl, compaction.Truncator{}, stuckguard.New(st)}
+		cfg.Observers = []engine.RoundObserver{pl, sw, clock}
+		if os.Getenv("BENCH_NO_SNAPSHOTS") != "" {
+			cfg.Observers = []engine.RoundObserver{pl, clock}
+		}
+		s := engine.New(cfg)
 		var ms0, ms1 runtime.MemStats
 		runtime.ReadMemStats(&ms0)
 		m := s.Run(context.Background())
@@ -169,6 +204,8 @@ func BenchmarkSession300(b *testing.B) {
 		}
 		overhead, adapter, reqBytes, turns = clock.overhead, clock.adapterTime, s.RequestBytes(), m.Turns
 		allocs, bytes = ms1.Mallocs-ms0.Mallocs, ms1.TotalAlloc-ms0.TotalAlloc
+		sw.Close()
+		dir.Close()
 	}
 	b.StopTimer()
 	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
@@ -176,11 +213,14 @@ func BenchmarkSession300(b *testing.B) {
 	b.ReportMetric(ms(pct(overhead, 0.99)), "overhead-p99-ms/turn")
 	b.ReportMetric(float64(allocs)/float64(turns), "allocs/turn")
 	b.ReportMetric(float64(reqBytes[29]), "req-bytes@30")
+	b.ReportMetric(float64(reqBytes[39]), "req-bytes@40")
+	b.ReportMetric(float64(reqBytes[299])/float64(reqBytes[39]), "plateau-300/40")
 	b.ReportMetric(float64(reqBytes[99]), "req-bytes@100")
 	b.ReportMetric(float64(reqBytes[299]), "req-bytes@300")
 	b.ReportMetric(float64(peakRSS())/(1<<20), "peak-RSS-MiB")
 	b.Logf("300-turn session: engine overhead per turn p50 %.3f ms, p99 %.3f ms; adapter (encode + in-memory HTTP) p50 %.1f ms, p99 %.1f ms",
 		ms(pct(overhead, 0.5)), ms(pct(overhead, 0.99)), ms(pct(adapter, 0.5)), ms(pct(adapter, 0.99)))
-	b.Logf("allocations per turn %.0f (%.1f MiB/turn, whole process); request bytes at turn 30: %d, 100: %d, 300: %d; peak RSS %.0f MiB",
-		float64(allocs)/float64(turns), float64(bytes)/float64(turns)/(1<<20), reqBytes[29], reqBytes[99], reqBytes[299], float64(peakRSS())/(1<<20))
+	b.Logf("allocations per turn %.0f (%.1f MiB/turn, whole process); request bytes at turn 30: %d, 40: %d, 100: %d, 300: %d (300/40 = %.2f); peak RSS %.0f MiB",
+		float64(allocs)/float64(turns), float64(bytes)/float64(turns)/(1<<20), reqBytes[29], reqBytes[39], reqBytes[99], reqBytes[299],
+		float64(reqBytes[299])/float64(reqBytes[39]), float64(peakRSS())/(1<<20))
 }

@@ -17,6 +17,8 @@ const (
 	DefaultMaxTurns = contract.DefaultMaxTurns
 	// DefaultSessionBudget is the session time budget (loop-contract.md: 3600 s).
 	DefaultSessionBudget = contract.DefaultSessionSeconds * time.Second
+	// ScratchpadMaxChars caps the scratchpad (issue 4: 8192 characters; counted in bytes).
+	ScratchpadMaxChars = 8192
 	// NoteMaxWords bounds a note's summary (seed 000: "一行、≤20 词").
 	NoteMaxWords = 20
 	// DefaultFollowUpMinutes is the automatic follow-up after a WAIT (seed 000: "一个通用的 15 分钟 后续").
@@ -28,6 +30,18 @@ const (
 
 // Engine-side tool names (RIG-CONTRACT.md).
 const (
-	ToolNote       = "note"
-	ToolEndSession = "end_session"
+	ToolNote           = "note"
+	ToolEndSession     = "end_session"
+	ToolUpdateProgress = "update_progress"
+	ToolAppendLog      = "append_log"
+	ToolSaveMemory     = "save_memory"
+	ToolReadMemory     = "read_memory"
+	ToolReadLogs       = "read_logs"
+	ToolUpdateMemory   = "update_memory"
+	ToolCreateJob      = "create_job"
+	ToolGetJob         = "get_job"
+	ToolListJobs       = "list_jobs"
+	ToolFinishJob      = "finish_job"
+	ToolWait           = "wait"
+	ToolSkill          = "Skill"
 )

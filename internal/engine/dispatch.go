@@ -108,7 +108,7 @@ func (s *Session) runCall(ctx context.Context, hc hooks.ToolCall, rawArgs string
 		return hooks.ToolResult{IsError: true, Text: "blocked: " + reason}, true, false, nil, nil
 	}
 	if isLocal {
-		out := local.Run(ctx, &Call{Turn: s.state.Turn, ID: hc.ID, Name: hc.Name, Args: args, State: &s.state})
+		out := local.Run(ctx, &Call{Turn: s.state.Turn, ID: hc.ID, Name: hc.Name, Args: args, State: s.state})
 		return hooks.ToolResult{Text: out.Text, Images: out.Images, IsError: out.IsError}, false, false, out.End, nil
 	}
 	// A rig action in flight finishes even when the attempt is cancelled:

@@ -43,13 +43,13 @@ type ProgressSink interface {
 }
 
 // Pinned renders messages pinned to the tail of every request and never
-// stored in the transcript (part 2: the plan and the scratchpad).
+// stored in the transcript (the plan and the scratchpad: engine/plan).
 type Pinned interface {
 	Tail(s *State) []provider.Message
 }
 
-// RoundObserver is told after every turn's tool round (part 2: snapshots,
-// the stuck guard, the step watchdog).
+// RoundObserver is told after every turn's tool round (snapshots, the step
+// watchdog).
 type RoundObserver interface {
 	AfterRound(ctx context.Context, s *State, transcript []provider.Message)
 }
@@ -90,6 +90,12 @@ type Config struct {
 
 	// ExtraSystem is appended to the system prompt (part 2: the skills index).
 	ExtraSystem string
+	// State is the session state; the caller may share it with its policies
+	// (plan, stuck guard) and fill it from a snapshot. Nil: a fresh one.
+	State *State
+	// Resume continues a session from a snapshot's transcript: the trigger
+	// is not added again and the turn count goes on from State.Turn.
+	Resume []provider.Message
 	// Logf writes an operator log line (stderr); nil: none. Lines are redacted.
 	Logf func(format string, args ...any)
 }
@@ -109,7 +115,7 @@ func stuck(reason contract.ExitReason, recap string) *Ending {
 // Session is one attempt's loop.
 type Session struct {
 	cfg        Config
-	state      State
+	state      *State
 	transcript []provider.Message
 	system     string
 	tools      []provider.ToolSpec
@@ -153,7 +159,10 @@ func New(cfg Config) *Session {
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
 	}
-	return &Session{cfg: cfg, validator: validate.New(), rigTools: map[string]bool{}}
+	if cfg.State == nil {
+		cfg.State = &State{}
+	}
+	return &Session{cfg: cfg, state: cfg.State, validator: validate.New(), rigTools: map[string]bool{}}
 }
 
 // Transcript is the session's transcript (for tests and the agent_end hook).

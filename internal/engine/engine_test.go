@@ -278,7 +278,10 @@ func TestServerErrorsAndBreaker(t *testing.T) {
 func TestAuthFailureIsFatalAndSecretFree(t *testing.T) {
 	h := newHarness(t, pt.Step{Status: 401, ErrType: "invalid_api_key", ErrMessage: "Incorrect API key provided: " + apiKey + ". Bearer " + apiKey})
 	m := h.run(context.Background())
-	want(t, m, contract.Stuck, contract.ReasonFatalError, 12)
+	want(t, m, contract.Stuck, contract.ReasonFatalError, contract.ExitStuckNonRetryable)
+	if m.Retryable {
+		t.Error("an auth failure must not be retried by the operator")
+	}
 	if h.model.Requests() != 1 {
 		t.Errorf("an auth failure was retried: %d requests", h.model.Requests())
 	}
@@ -563,5 +566,32 @@ func TestPartTwoPlugPoints(t *testing.T) {
 		if strings.HasPrefix(m.Text, "PLAN:") {
 			t.Error("the pinned tail entered the transcript")
 		}
+	}
+}
+
+// Billing and an unknown model end STUCK not retryable, like auth; an invalid
+// request (which may come from this transcript) stays retryable.
+func TestFatalProviderErrorsAreNotRetryable(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		step      pt.Step
+		retryable bool
+	}{
+		{"billing", pt.Step{Status: 429, ErrType: "insufficient_quota", ErrMessage: "You exceeded your current quota"}, false},
+		{"unknown model", pt.Step{Status: 404, ErrType: "model_not_found", ErrMessage: "The model gpt-9 does not exist"}, false},
+		{"invalid request", pt.Step{Status: 400, ErrType: "invalid_request_error", ErrMessage: "messages: bad role"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, tc.step)
+			m := h.run(context.Background())
+			code := contract.ExitStuckNonRetryable
+			if tc.retryable {
+				code = contract.ExitStuck
+			}
+			want(t, m, contract.Stuck, contract.ReasonFatalError, code)
+			if m.Retryable != tc.retryable || h.model.Requests() != 1 {
+				t.Errorf("retryable %v after %d requests, want %v after 1", m.Retryable, h.model.Requests(), tc.retryable)
+			}
+		})
 	}
 }

@@ -12,7 +12,7 @@ import (
 // afterRound tells the observers and reports progress.
 func (s *Session) afterRound(ctx context.Context) {
 	for _, o := range s.cfg.Observers {
-		o.AfterRound(ctx, &s.state, s.transcript)
+		o.AfterRound(ctx, s.state, s.transcript)
 	}
 	s.report()
 }

@@ -66,10 +66,17 @@ func (s *Session) compact(ctx context.Context, why compaction.Trigger) bool {
 func (s *Session) request() *provider.Request {
 	msgs := s.transcript
 	tools := s.tools
+	var tail []provider.Message
 	if s.cfg.Pinned != nil {
-		if tail := s.cfg.Pinned.Tail(&s.state); len(tail) > 0 {
-			msgs = append(msgs[:len(msgs):len(msgs)], tail...)
+		tail = s.cfg.Pinned.Tail(s.state)
+	}
+	if n, ok := s.cfg.Compactor.(compaction.Nudger); ok {
+		if text := n.Nudge(s.transcript); text != "" {
+			tail = append(tail, provider.Message{Role: provider.RoleUser, Text: text})
 		}
+	}
+	if len(tail) > 0 {
+		msgs = append(msgs[:len(msgs):len(msgs)], tail...)
 	}
 	if s.lastChance {
 		tools = nil

@@ -31,7 +31,12 @@ func (s *Session) start(ctx context.Context) {
 		}
 	}
 	s.system = systemPrompt(s.cfg.Rig.Instructions(), s.cfg.ExtraSystem)
-	s.transcript = append(s.transcript, provider.Message{Role: provider.RoleUser, Text: s.cfg.Trigger})
+	if len(s.cfg.Resume) > 0 {
+		s.transcript = append([]provider.Message(nil), s.cfg.Resume...)
+		s.cfg.Logf("resumed from a snapshot at turn %d (%d messages)", s.state.Turn, len(s.transcript))
+	} else {
+		s.transcript = append(s.transcript, provider.Message{Role: provider.RoleUser, Text: s.cfg.Trigger})
+	}
 	s.emit(events.SessionStart(s.cfg.Run, s.cfg.Attempt, s.cfg.Provider.Name(), s.cfg.Provider.Model(), names))
 	s.cfg.Hooks.SessionStart(ctx, hooks.Session{Run: s.cfg.Run, Attempt: s.cfg.Attempt,
 		Provider: s.cfg.Provider.Name(), Model: s.cfg.Provider.Model(), Tools: names})

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/provider"
@@ -12,15 +13,66 @@ import (
 
 // State is the session state engine-side tools read and write. Part 2's
 // tools (plan, memory, jobs, wait, Skill) keep their state beside it.
+//
+// Everything in it is plain data: a snapshot (engine/snapshot) is this
+// struct and the transcript, so a resumed session carries on exactly.
 type State struct {
-	Turn       int
-	LastNote   string
-	Scratchpad string
-	Usage      contract.Usage
+	Turn       int            `json:"turn"`
+	LastNote   string         `json:"lastNote,omitempty"`
+	Scratchpad string         `json:"scratchpad,omitempty"`
+	Usage      contract.Usage `json:"usage"`
 	// Jobs are agent-created jobs to report in the termination message.
-	Jobs []contract.Job
+	Jobs []contract.Job `json:"jobs,omitempty"`
 	// FollowUp overrides the automatic follow-up of a WAIT.
-	FollowUp *contract.FollowUp
+	FollowUp *contract.FollowUp `json:"followUp,omitempty"`
+	// Plan is the agent's plan (update_progress); nil until it writes one.
+	Plan *Plan `json:"plan,omitempty"`
+	// Unplanned counts the tool rounds run without a plan (the plan gate).
+	Unplanned int `json:"unplanned,omitempty"`
+	// Watchdog counts turns on the plan step in progress (engine/plan).
+	Watchdog Watchdog `json:"watchdog"`
+	// Guard is the stuck guard's memory (engine/stuckguard).
+	Guard Guard `json:"guard"`
+}
+
+// Plan is what update_progress writes (RIG-CONTRACT.md).
+type Plan struct {
+	UserSaid      string     `json:"userSaid,omitempty"`
+	Understanding string     `json:"understanding,omitempty"`
+	Steps         []PlanStep `json:"steps,omitempty"`
+}
+
+// PlanStep is one step of a plan; Status is pending, in_progress or done.
+type PlanStep struct {
+	Title  string `json:"title"`
+	Status string `json:"status"`
+}
+
+// Current is the step in progress ("" when none).
+func (p *Plan) Current() string {
+	if p == nil {
+		return ""
+	}
+	for i, st := range p.Steps {
+		if st.Status == "in_progress" {
+			return fmt.Sprintf("%d. %s", i+1, st.Title)
+		}
+	}
+	return ""
+}
+
+// Watchdog is the step watchdog's count (engine/plan).
+type Watchdog struct {
+	Step  string `json:"step,omitempty"`  // the step it counts for
+	Turns int    `json:"turns,omitempty"` // turns on it
+	Fired bool   `json:"fired,omitempty"` // the forced re-plan was used on this step
+}
+
+// Guard is the stuck guard's memory (engine/stuckguard).
+type Guard struct {
+	Step     string         `json:"step,omitempty"`     // counters reset when the plan step changes
+	NoChange map[string]int `json:"noChange,omitempty"` // presses of a target with no screen change
+	History  []string       `json:"history,omitempty"`  // recent actions, for cycles
 }
 
 // Call is one engine-side tool call.
@@ -120,7 +172,16 @@ func noteTool() LocalTool {
 			}
 			c.State.LastNote = line
 			if a.Scratchpad != nil {
-				c.State.Scratchpad = *a.Scratchpad
+				pad := *a.Scratchpad
+				if len(pad) > ScratchpadMaxChars {
+					cut := ScratchpadMaxChars
+					for cut > 0 && !utf8.RuneStart(pad[cut]) {
+						cut--
+					}
+					pad = pad[:cut]
+					warn += fmt.Sprintf(" (scratchpad cut to %d characters: keep it short)", ScratchpadMaxChars)
+				}
+				c.State.Scratchpad = pad
 			}
 			return Output{Text: "noted" + warn}
 		},

@@ -53,12 +53,16 @@ type Kubelet struct {
 	Workers int
 	// Observe, when set, is called once for each pod the first time the kubelet sees it.
 	Observe func(pod *corev1.Pod)
+	// CountFromSeen counts Ending.After from when the kubelet first saw the
+	// pod rather than from when it marked it Running, so the kubelet's own
+	// queueing under load does not lengthen the sessions.
+	CountFromSeen bool
 
 	mu         sync.Mutex
 	started    map[string]time.Time // pod key → when marked Running
 	ended      map[string]bool
 	liveByRig  map[string]string // rig → live pod key
-	observed   map[string]bool
+	observed   map[string]time.Time
 	violations []string
 	count      int
 }
@@ -69,7 +73,7 @@ func (k *Kubelet) Run(ctx context.Context) {
 		k.Poll = 50 * time.Millisecond
 	}
 	k.mu.Lock()
-	k.started, k.ended, k.liveByRig, k.observed = map[string]time.Time{}, map[string]bool{}, map[string]string{}, map[string]bool{}
+	k.started, k.ended, k.liveByRig, k.observed = map[string]time.Time{}, map[string]bool{}, map[string]string{}, map[string]time.Time{}
 	k.mu.Unlock()
 	t := time.NewTicker(k.Poll)
 	defer t.Stop()
@@ -148,14 +152,14 @@ func (k *Kubelet) tick(ctx context.Context) {
 			continue // nothing left to do for an ended pod until it is deleted
 		}
 		pod = pod.DeepCopy() // the list may share the cache's objects; drive writes to its copy
-		if k.Observe != nil {
-			k.mu.Lock()
-			first := !k.observed[key]
-			k.observed[key] = true
-			k.mu.Unlock()
-			if first {
-				k.Observe(pod)
-			}
+		k.mu.Lock()
+		_, seenBefore := k.observed[key]
+		if !seenBefore {
+			k.observed[key] = time.Now()
+		}
+		k.mu.Unlock()
+		if !seenBefore && k.Observe != nil {
+			k.Observe(pod)
 		}
 		work <- pod
 	}
@@ -174,6 +178,9 @@ func (k *Kubelet) drive(ctx context.Context, pod *corev1.Pod) {
 	}
 	k.mu.Lock()
 	startedAt, running := k.started[key]
+	if seen, ok := k.observed[key]; ok && k.CountFromSeen {
+		startedAt = seen
+	}
 	k.mu.Unlock()
 	if !running {
 		if pod.DeletionTimestamp != nil {
@@ -213,10 +220,9 @@ func (k *Kubelet) start(ctx context.Context, pod *corev1.Pod) error {
 		if err := k.Client.SubResource("binding").Create(ctx, pod, b); err != nil && !apierrors.IsConflict(err) {
 			return err
 		}
-		if err := k.Client.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
-			return err
-		}
+		pod.Spec.NodeName = node
 	}
+	orig := pod.DeepCopy()
 	now := metav1.Now()
 	pod.Status.Phase = corev1.PodRunning
 	pod.Status.StartTime = &now
@@ -224,10 +230,12 @@ func (k *Kubelet) start(ctx context.Context, pod *corev1.Pod) error {
 		Name: "loop", Ready: true, Image: pod.Spec.Containers[0].Image,
 		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
 	}}
-	return k.Client.Status().Update(ctx, pod)
+	// A status patch, as kubelets send: it needs no fresh resourceVersion after the binding.
+	return k.Client.Status().Patch(ctx, pod, client.MergeFrom(orig))
 }
 
 func (k *Kubelet) end(ctx context.Context, pod *corev1.Pod, e Ending) {
+	orig := pod.DeepCopy()
 	now := metav1.Now()
 	pod.Status.Phase = corev1.PodFailed
 	if e.ExitCode == 0 && e.PodReason == "" && !e.Disruption {
@@ -257,7 +265,7 @@ func (k *Kubelet) end(ctx context.Context, pod *corev1.Pod, e Ending) {
 			ExitCode: e.ExitCode, Reason: reason, Message: e.Message, StartedAt: start, FinishedAt: now,
 		}},
 	}}
-	if err := k.Client.Status().Update(ctx, pod); err != nil {
+	if err := k.Client.Status().Patch(ctx, pod, client.MergeFrom(orig)); err != nil {
 		return
 	}
 	k.markEnded(pod.Namespace+"/"+pod.Name, pod.Namespace+"/"+pod.Labels[farmv1.LabelRig])

@@ -38,3 +38,9 @@ type None struct{}
 func (None) Compact(_ context.Context, _ Trigger, _ int, msgs []provider.Message) ([]provider.Message, bool, error) {
 	return msgs, false, nil
 }
+
+// Nudger is a Compactor that can warn the model before it folds: the text is
+// pinned to the tail of the next request ("" for none).
+type Nudger interface {
+	Nudge(msgs []provider.Message) string
+}

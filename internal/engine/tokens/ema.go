@@ -1,0 +1,76 @@
+package tokens
+
+import (
+	"sync"
+
+	"github.com/clawfarm/clawfarm/internal/provider"
+)
+
+// The calibration's numbers (seed 002, "EMA Token 校准").
+const (
+	// WarmupObservations are averaged plainly before the EMA takes over.
+	WarmupObservations = 3
+	// Alpha is the EMA's weight of a new observation.
+	Alpha = 0.15
+	// MinObserved and MaxObserved bound a believable chars/token observation
+	// (exclusive); anything outside is ignored.
+	MinObserved = 0.5
+	MaxObserved = 8.0
+)
+
+// EMA is the calibrated estimator: it starts at StartCharsPerToken, takes the
+// mean of the first WarmupObservations observations, then follows an EMA with
+// Alpha. An observation is the request's text characters over the prompt
+// tokens the provider reported, less the images' share (ImageTokens each:
+// images are counted separately, never by characters).
+type EMA struct {
+	mu    sync.Mutex
+	ratio float64
+	n     int
+	sum   float64
+}
+
+// NewEMA starts at StartCharsPerToken.
+func NewEMA() *EMA { return &EMA{ratio: StartCharsPerToken} }
+
+// Ratio is the current characters per token.
+func (e *EMA) Ratio() float64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.ratio == 0 {
+		return StartCharsPerToken
+	}
+	return e.ratio
+}
+
+// Estimate counts the request's text over the calibrated ratio, plus its images.
+func (e *EMA) Estimate(req *provider.Request) int {
+	chars, images := Count(req)
+	return int(float64(chars)/e.Ratio()) + images*ImageTokens
+}
+
+// Observe learns from the prompt tokens the provider reported for req.
+func (e *EMA) Observe(req *provider.Request, promptTokens int64) {
+	chars, images := Count(req)
+	text := float64(promptTokens) - float64(images*ImageTokens)
+	if text <= 0 {
+		return
+	}
+	e.ObserveRatio(float64(chars) / text)
+}
+
+// ObserveRatio feeds one chars/token observation.
+func (e *EMA) ObserveRatio(obs float64) {
+	if !(obs > MinObserved && obs < MaxObserved) {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.n++
+	if e.n <= WarmupObservations {
+		e.sum += obs
+		e.ratio = e.sum / float64(e.n)
+		return
+	}
+	e.ratio = (1-Alpha)*e.ratio + Alpha*obs
+}
