@@ -286,3 +286,18 @@ func TestServiceAccountTokenGivesAWorkingKubeconfig(t *testing.T) {
 		t.Fatalf("the pod could not read itself with its service account: %q", m)
 	}
 }
+
+func TestPodWaitsForAConfigMapCreatedAfterIt(t *testing.T) {
+	pod := newPod(t, "cat", "/etc/late/k")
+	pod.Spec.Volumes = []corev1.Volume{{Name: "late", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "late"}}}}}
+	pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "late", MountPath: "/etc/late"}}
+	pod = create(t, pod)
+	time.Sleep(2 * time.Second)
+	if _, err := cs.CoreV1().ConfigMaps(pod.Namespace).Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "late"}, Data: map[string]string{"k": "arrived"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := waitPod(t, pod, 30*time.Second, "phase Succeeded", phaseIs(corev1.PodSucceeded, corev1.PodFailed))
+	if m := terminated(t, p).Message; m != "arrived" {
+		t.Fatalf("message %q, want the ConfigMap's value", m)
+	}
+}
