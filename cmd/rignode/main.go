@@ -29,9 +29,15 @@ import (
 	"github.com/clawfarm/clawfarm/internal/rignode"
 )
 
-func main() { os.Exit(run(os.Args[1:])) }
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:])
+	stop()
+	os.Exit(code)
+}
 
-func run(args []string) int {
+// run starts rignode with args and serves until ctx ends.
+func run(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("rignode", flag.ContinueOnError)
 	host, _ := os.Hostname()
 	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig rignode uses to reach the API server (default $KUBECONFIG)")
@@ -143,8 +149,6 @@ func run(args []string) int {
 	if err != nil {
 		return fail(2, "%v", err)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	logger.Info("rignode starting", "node", *nodeName, "ip", *nodeIP, "port", *port, "root", *rootDir, "images", strings.Join(images.Images(), ","))
 	go func() {
 		if err := n.WaitReady(ctx, 2*time.Minute); err == nil {
