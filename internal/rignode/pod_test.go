@@ -301,3 +301,26 @@ func TestPodWaitsForAConfigMapCreatedAfterIt(t *testing.T) {
 		t.Fatalf("message %q, want the ConfigMap's value", m)
 	}
 }
+
+func TestFollowLogsThroughTheAPIServer(t *testing.T) {
+	pod := create(t, newPod(t, "lines", "4", "300ms"))
+	waitPod(t, pod, 30*time.Second, "phase Running", phaseIs(corev1.PodRunning))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// kubectl logs -f: the stream carries lines as they are written and ends when the process does.
+	rc, err := cs.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{Follow: true}).Stream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = rc.Close() }()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(b) != "line 1\nline 2\nline 3\nline 4\n" {
+		t.Fatalf("followed %q", b)
+	}
+	if p := waitPod(t, pod, 10*time.Second, "phase Succeeded", phaseIs(corev1.PodSucceeded)); p.Status.Phase != corev1.PodSucceeded {
+		t.Fatal(p.Status.Phase)
+	}
+}
