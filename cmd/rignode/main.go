@@ -112,6 +112,12 @@ func run(ctx context.Context, args []string) int {
 		return fail(2, "--node-name is empty")
 	}
 
+	if *kubeconfig != "" {
+		// virtual-kubelet builds a default client from $KUBECONFIG before it
+		// takes ours; point it at the same file so it does not warn. Pods never
+		// inherit rignode's environment.
+		_ = os.Setenv("KUBECONFIG", *kubeconfig)
+	}
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
 		&clientcmd.ClientConfigLoadingRules{ExplicitPath: *kubeconfig}, nil).ClientConfig()
 	if err != nil {
