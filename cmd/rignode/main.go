@@ -52,7 +52,7 @@ func run(ctx context.Context, args []string) int {
 	taints := fs.String("register-with-taints", "", "node taints, key=value:Effect,... (e.g. farm.clawfarm.dev/rig=true:NoSchedule)")
 	pods := fs.String("pods", "110", "pod capacity")
 	cpu := fs.String("cpu", fmt.Sprint(runtime.NumCPU()), "cpu capacity")
-	memory := fs.String("memory", "8Gi", "memory capacity")
+	memory := fs.String("memory", hostMemory(), "memory capacity (default: the host's, 8Gi where it cannot be read)")
 	apiServer := fs.String("pod-apiserver-url", "", "API server URL pods' in-cluster clients dial (default: the kubeconfig's server)")
 	tlsCert := fs.String("tls-cert-file", "", "kubelet API serving certificate (default: self-signed)")
 	tlsKey := fs.String("tls-private-key-file", "", "key of --tls-cert-file")
@@ -194,4 +194,19 @@ func routeTo(server string) string {
 	}
 	defer func() { _ = c.Close() }()
 	return c.LocalAddr().(*net.UDPAddr).IP.String()
+}
+
+// hostMemory is the host's memory as a quantity: MemTotal on Linux, else 8Gi.
+func hostMemory() string {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return "8Gi"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 3 && f[0] == "MemTotal:" && f[2] == "kB" {
+			return f[1] + "Ki"
+		}
+	}
+	return "8Gi"
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -109,4 +110,11 @@ func TestRunsAPodFromTheCommandLine(t *testing.T) {
 		t.Skip("no /bin/sh on this host")
 	}
 	t.Fatal("the pod did not fail with exit 3 in time")
+}
+
+func TestHostMemoryIsAQuantity(t *testing.T) {
+	q, err := resource.ParseQuantity(hostMemory())
+	if err != nil || q.Value() <= 0 {
+		t.Fatalf("hostMemory() = %q: %v", hostMemory(), err)
+	}
 }
