@@ -29,9 +29,15 @@ import (
 	"github.com/clawfarm/clawfarm/internal/rignode"
 )
 
-func main() { os.Exit(run(os.Args[1:])) }
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:])
+	stop()
+	os.Exit(code)
+}
 
-func run(args []string) int {
+// run starts rignode with args and serves until ctx ends.
+func run(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("rignode", flag.ContinueOnError)
 	host, _ := os.Hostname()
 	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig rignode uses to reach the API server (default $KUBECONFIG)")
@@ -46,7 +52,7 @@ func run(args []string) int {
 	taints := fs.String("register-with-taints", "", "node taints, key=value:Effect,... (e.g. farm.clawfarm.dev/rig=true:NoSchedule)")
 	pods := fs.String("pods", "110", "pod capacity")
 	cpu := fs.String("cpu", fmt.Sprint(runtime.NumCPU()), "cpu capacity")
-	memory := fs.String("memory", "8Gi", "memory capacity")
+	memory := fs.String("memory", hostMemory(), "memory capacity (default: the host's, 8Gi where it cannot be read)")
 	apiServer := fs.String("pod-apiserver-url", "", "API server URL pods' in-cluster clients dial (default: the kubeconfig's server)")
 	tlsCert := fs.String("tls-cert-file", "", "kubelet API serving certificate (default: self-signed)")
 	tlsKey := fs.String("tls-private-key-file", "", "key of --tls-cert-file")
@@ -106,6 +112,12 @@ func run(args []string) int {
 		return fail(2, "--node-name is empty")
 	}
 
+	if *kubeconfig != "" {
+		// virtual-kubelet builds a default client from $KUBECONFIG before it
+		// takes ours; point it at the same file so it does not warn. Pods never
+		// inherit rignode's environment.
+		_ = os.Setenv("KUBECONFIG", *kubeconfig)
+	}
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
 		&clientcmd.ClientConfigLoadingRules{ExplicitPath: *kubeconfig}, nil).ClientConfig()
 	if err != nil {
@@ -143,8 +155,6 @@ func run(args []string) int {
 	if err != nil {
 		return fail(2, "%v", err)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	logger.Info("rignode starting", "node", *nodeName, "ip", *nodeIP, "port", *port, "root", *rootDir, "images", strings.Join(images.Images(), ","))
 	go func() {
 		if err := n.WaitReady(ctx, 2*time.Minute); err == nil {
@@ -184,4 +194,19 @@ func routeTo(server string) string {
 	}
 	defer func() { _ = c.Close() }()
 	return c.LocalAddr().(*net.UDPAddr).IP.String()
+}
+
+// hostMemory is the host's memory as a quantity: MemTotal on Linux, else 8Gi.
+func hostMemory() string {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return "8Gi"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 3 && f[0] == "MemTotal:" && f[2] == "kB" {
+			return f[1] + "Ki"
+		}
+	}
+	return "8Gi"
 }

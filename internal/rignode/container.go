@@ -112,7 +112,9 @@ func (r *podRun) newContainer(spec *corev1.Container, init bool, vs *volumeSet, 
 				return nil, fmt.Errorf("%s: env %s: %w", what, e.Name, err)
 			}
 		}
-		env[e.Name] = expand(v, env)
+		// Only the container's own values are rewritten: rignode's (HOME,
+		// TMPDIR, PATH, KUBECONFIG) are host paths already.
+		env[e.Name] = expand(paths.Value(v), env)
 	}
 	if p.cfg.APIServer != "" {
 		// The cluster's service IP is not reachable from a host process: point
@@ -139,10 +141,10 @@ func (r *podRun) newContainer(spec *corev1.Container, init bool, vs *volumeSet, 
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		c.env = append(c.env, k+"="+paths.Value(env[k]))
+		c.env = append(c.env, k+"="+env[k])
 	}
 	for _, a := range args {
-		c.argv = append(c.argv, paths.Value(expand(a, env)))
+		c.argv = append(c.argv, expand(paths.Value(a), env))
 	}
 	c.workDir = r.dir
 	if spec.WorkingDir != "" {

@@ -9,9 +9,7 @@ import (
 // PathMap maps paths a container expects (mount paths, its termination
 // message path) to the host paths that stand for them. A process cannot bind
 // mounts, so rignode rewrites the container's command, args, working directory
-// and environment values instead: a value that is a mapped path, or starts with
-// one followed by "/", is rewritten; comma-separated lists are rewritten element
-// by element (CLAWFARM_SKILLS_DIRS is such a list).
+// and environment values instead (see Value).
 type PathMap struct {
 	from []string // container paths, longest first
 	to   map[string]string
@@ -46,14 +44,40 @@ func (m *PathMap) Path(p string) string {
 	return p
 }
 
-// Value rewrites every comma-separated element of v that is a mapped path.
+// Value rewrites every mapped path inside v: a path counts where it starts
+// v or follows a space, quote, '=', ',', ':', ';', '>', '<', '(' or '|', and
+// ends v or is followed by '/' or one of those. So comma-separated lists and
+// shell snippets ("echo x > /dev/termination-log") are rewritten, URLs are not.
 func (m *PathMap) Value(v string) string {
-	if !strings.Contains(v, "/") {
+	if !strings.Contains(v, "/") || len(m.from) == 0 {
 		return v
 	}
-	parts := strings.Split(v, ",")
-	for i, p := range parts {
-		parts[i] = m.Path(p)
+	var b strings.Builder
+	for i := 0; i < len(v); {
+		if v[i] == '/' && (i == 0 || strings.IndexByte(pathBoundary, v[i-1]) >= 0) {
+			if from, ok := m.match(v[i:]); ok {
+				b.WriteString(m.to[from])
+				i += len(from)
+				continue
+			}
+		}
+		b.WriteByte(v[i])
+		i++
 	}
-	return strings.Join(parts, ",")
+	return b.String()
+}
+
+const pathBoundary = " \t\n'\"=,:;><(|"
+
+// match finds the longest mapped path that s starts with, followed by the end, '/' or a boundary.
+func (m *PathMap) match(s string) (string, bool) {
+	for _, from := range m.from {
+		if !strings.HasPrefix(s, from) {
+			continue
+		}
+		if len(s) == len(from) || s[len(from)] == '/' || strings.IndexByte(pathBoundary, s[len(from)]) >= 0 {
+			return from, true
+		}
+	}
+	return "", false
 }

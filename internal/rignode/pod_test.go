@@ -286,3 +286,41 @@ func TestServiceAccountTokenGivesAWorkingKubeconfig(t *testing.T) {
 		t.Fatalf("the pod could not read itself with its service account: %q", m)
 	}
 }
+
+func TestPodWaitsForAConfigMapCreatedAfterIt(t *testing.T) {
+	pod := newPod(t, "cat", "/etc/late/k")
+	pod.Spec.Volumes = []corev1.Volume{{Name: "late", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "late"}}}}}
+	pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "late", MountPath: "/etc/late"}}
+	pod = create(t, pod)
+	time.Sleep(2 * time.Second)
+	if _, err := cs.CoreV1().ConfigMaps(pod.Namespace).Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "late"}, Data: map[string]string{"k": "arrived"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := waitPod(t, pod, 30*time.Second, "phase Succeeded", phaseIs(corev1.PodSucceeded, corev1.PodFailed))
+	if m := terminated(t, p).Message; m != "arrived" {
+		t.Fatalf("message %q, want the ConfigMap's value", m)
+	}
+}
+
+func TestFollowLogsThroughTheAPIServer(t *testing.T) {
+	pod := create(t, newPod(t, "lines", "4", "300ms"))
+	waitPod(t, pod, 30*time.Second, "phase Running", phaseIs(corev1.PodRunning))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// kubectl logs -f: the stream carries lines as they are written and ends when the process does.
+	rc, err := cs.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{Follow: true}).Stream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = rc.Close() }()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(b) != "line 1\nline 2\nline 3\nline 4\n" {
+		t.Fatalf("followed %q", b)
+	}
+	if p := waitPod(t, pod, 10*time.Second, "phase Succeeded", phaseIs(corev1.PodSucceeded)); p.Status.Phase != corev1.PodSucceeded {
+		t.Fatal(p.Status.Phase)
+	}
+}

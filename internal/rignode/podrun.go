@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -24,6 +25,8 @@ const (
 	maxTerminationMessage = 4096
 	fallbackLogLines      = 80
 	fallbackLogBytes      = 2048
+	// volumeSourceWait is how long a pod waits for a missing ConfigMap or Secret before it fails.
+	volumeSourceWait = 30 * time.Second
 )
 
 // Pod-level reasons rignode sets.
@@ -70,6 +73,16 @@ func newPodRun(ctx context.Context, p *Provider, pod *corev1.Pod) (*podRun, erro
 	}
 	vb := &volumeBuilder{client: p.cfg.Client, pod: pod, dir: filepath.Join(r.dir, "volumes")}
 	vs, err := vb.build(ctx)
+	// A volume source that does not exist yet (a namespace's kube-root-ca.crt,
+	// a Secret created just after the pod) gets a while, as the kubelet waits.
+	for wait := time.Now().Add(volumeSourceWait); err != nil && apierrors.IsNotFound(err) && time.Now().Before(wait); {
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(time.Second):
+		}
+		vs, err = vb.build(ctx)
+	}
 	if err != nil {
 		_ = os.RemoveAll(r.dir)
 		return nil, err

@@ -233,7 +233,7 @@ func (p *Provider) GetContainerLogs(ctx context.Context, namespace, podName, con
 	}
 	path, done, err := r.logFile(containerName, opts.Previous)
 	if err != nil {
-		return nil, err
+		return nil, errdefs.AsNotFound(err)
 	}
 	pr, pw := io.Pipe()
 	go func() {

@@ -112,6 +112,7 @@ func freePort() int {
 //	sleep                 run until SIGTERM, then exit 143
 //	lines N DELAY         print N numbered lines, DELAY apart, then exit 0
 //	count FILE            exit 1 the first time (FILE counts runs), 0 after
+//	attempt               act as the loop: a state file, the termination message
 //	whoami                get the own pod with the pod's KUBECONFIG, write its node name
 func helper(args []string) int {
 	term := os.Getenv("TERM_LOG")
@@ -173,6 +174,17 @@ func helper(args []string) int {
 		runs := len(b)
 		_ = os.WriteFile(args[1], append(b, 'x'), 0o644)
 		if runs == 0 {
+			return 1
+		}
+		return 0
+	case "attempt":
+		state := os.Getenv("CLAWFARM_STATE_DIR")
+		if err := os.WriteFile(state+"/memory.md", []byte("key="+os.Getenv("CLAWFARM_MODEL_API_KEY")), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		if err := os.WriteFile(os.Getenv("CLAWFARM_TERMINATION_LOG"), []byte(`{"sentinel":"DONE"}`), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
 		return 0
