@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"golang.org/x/term"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -195,10 +196,11 @@ const followUpSoon = 4 * time.Minute
 // watchRuns redraws the table of runs every two seconds until every run has
 // finished, or waits for a follow-up that is further away than followUpSoon.
 func (c *Cluster) watchRuns(ctx context.Context, out io.Writer, timeout time.Duration) error {
-	tty := false
-	if f, ok := out.(*os.File); ok {
-		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-			tty = true
+	tty, width := false, 0
+	if f, ok := out.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		tty = true
+		if w, _, err := term.GetSize(int(f.Fd())); err == nil {
+			width = w
 		}
 	}
 	deadline := time.Now().Add(timeout)
@@ -210,6 +212,9 @@ func (c *Cluster) watchRuns(ctx context.Context, out io.Writer, timeout time.Dur
 			return err
 		}
 		table, done, note := RunTable(list.Items, time.Now())
+		if tty && width > 0 { // a wrapped line would throw the redraw off
+			table = clipLines(table, width-1)
+		}
 		if table != last {
 			if tty && lines > 0 {
 				fmt.Fprintf(out, "\033[%dA\033[J", lines)
@@ -285,6 +290,17 @@ func RunTable(runs []farmv1.AgentRun, now time.Time) (table string, done bool, n
 	}
 	w.Flush()
 	return b.String(), done, note
+}
+
+// clipLines cuts every line of s to at most width runes.
+func clipLines(s string, width int) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		if r := []rune(l); len(r) > width {
+			lines[i] = string(r[:width])
+		}
+	}
+	return strings.Join(lines, "\n")
 }
 
 func dash(s string) string {

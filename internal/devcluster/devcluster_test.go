@@ -262,3 +262,9 @@ func TestAliveChecksTheProgram(t *testing.T) {
 		t.Fatal("a pid running another program counts as ours")
 	}
 }
+
+func TestClipLines(t *testing.T) {
+	if got := clipLines("abcdef\nabc\nnamé long\n", 4); got != "abcd\nabc\nnamé\n" {
+		t.Fatalf("clipLines = %q", got)
+	}
+}
