@@ -22,7 +22,7 @@ commands:
   up       start etcd, the control plane, rignode, rigsim, modelsim and the operator;
            returns once every rig is Ready (the cluster keeps running; --attach stays
            in the foreground and stops it on Ctrl-C)
-  demo     up (unless it is up already), then apply config/demo/runs.yaml — one AgentRun per
+  demo     up (a cluster already up in --dir is restarted: fresh phones), then apply config/demo/runs.yaml — one AgentRun per
            sentinel — and show them progressing until each has reached its sentinel.
            MODEL_BASE_URL, MODEL_API_KEY, MODEL_NAME (MODEL_PROVIDER) select a real provider.
   status   show the processes of the cluster in --dir
@@ -163,13 +163,14 @@ func demo(o options, dir string, logf func(string, ...any)) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	var c *devcluster.Cluster
-	if devcluster.Running(dir) {
-		logf("reusing the dev cluster in %s", dir)
-		c, err = devcluster.Attach(dir, logf)
-	} else {
-		c, err = devcluster.Up(ctx, o.config(dir, logf))
+	if devcluster.Running(dir) { // fresh phones and an empty etcd make the demo repeatable
+		logf("restarting the dev cluster in %s for a clean demo", dir)
+		if err := devcluster.Stop(dir, logf); err != nil {
+			fmt.Fprintln(os.Stderr, "devcluster demo:", err)
+			return 1
+		}
 	}
+	c, err := devcluster.Up(ctx, o.config(dir, logf))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "devcluster demo:", err)
 		return 1

@@ -575,30 +575,6 @@ func (s *state) anyAlive() bool {
 	return false
 }
 
-// Attach connects to the cluster `devcluster up` started in dir.
-func Attach(dir string, log func(string, ...any)) (*Cluster, error) {
-	st, err := readState(dir)
-	if err != nil {
-		return nil, fmt.Errorf("no dev cluster in %s: %w", dir, err)
-	}
-	if !st.anyAlive() {
-		return nil, fmt.Errorf("the dev cluster in %s is not running", dir)
-	}
-	c := &Cluster{Config: Config{Root: st.Root, Dir: dir, Rigs: st.Rigs, BasePort: st.BasePort, Manager: st.Manager, Log: log},
-		Kubeconfig: st.Kubeconfig, pki: PKI{Dir: filepath.Join(dir, "pki")}, k8s: st.K8sDir, started: st.Started, procs: st.Procs}
-	if err := c.defaults(); err != nil {
-		return nil, err
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
-	if err != nil {
-		return nil, err
-	}
-	if c.Client, err = client.New(cfg, client.Options{Scheme: Scheme()}); err != nil {
-		return nil, err
-	}
-	return c, nil
-}
-
 // Running reports whether a dev cluster runs in dir.
 func Running(dir string) bool {
 	st, err := readState(dir)

@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"golang.org/x/term"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -82,19 +80,6 @@ func (c *Cluster) Demo(ctx context.Context, out io.Writer, p Provider, timeout t
 	if err != nil {
 		return err
 	}
-	if err := c.clearDemo(ctx, runs); err != nil {
-		return err
-	}
-	if p.Real { // the cluster may have been started without the key
-		var sec corev1.Secret
-		if err := c.Client.Get(ctx, client.ObjectKey{Namespace: RunNamespace, Name: ModelSecret}, &sec); err != nil {
-			return err
-		}
-		sec.Data = map[string][]byte{"api-key": []byte(os.Getenv("MODEL_API_KEY"))}
-		if err := c.Client.Update(ctx, &sec); err != nil {
-			return err
-		}
-	}
 	for _, run := range runs {
 		run.Namespace = RunNamespace
 		if run.Labels == nil {
@@ -123,42 +108,6 @@ func (c *Cluster) Demo(ctx context.Context, out io.Writer, p Provider, timeout t
 	err = c.watchRuns(ctx, out, timeout)
 	c.printNext(out)
 	return err
-}
-
-// clearDemo deletes runs left by an earlier demo on the same cluster and the rigs' faults.
-func (c *Cluster) clearDemo(ctx context.Context, runs []*farmv1.AgentRun) error {
-	var list farmv1.AgentRunList
-	if err := c.Client.List(ctx, &list, client.InNamespace(RunNamespace)); err != nil {
-		return err
-	}
-	if len(list.Items) > 0 {
-		fmt.Fprintf(os.Stderr, "[devcluster] deleting %d AgentRuns of an earlier demo\n", len(list.Items))
-		for i := range list.Items {
-			if err := c.Client.Delete(ctx, &list.Items[i]); err != nil && !apierrors.IsNotFound(err) {
-				return err
-			}
-		}
-		if err := waitFor(ctx, "the old runs to go", 2*time.Minute, nil, func() error {
-			var l farmv1.AgentRunList
-			if err := c.Client.List(ctx, &l, client.InNamespace(RunNamespace)); err != nil {
-				return err
-			}
-			if len(l.Items) > 0 {
-				return fmt.Errorf("%d runs left", len(l.Items))
-			}
-			return nil
-		}); err != nil {
-			return err
-		}
-	}
-	for _, run := range runs {
-		if run.Spec.RigRef != nil {
-			if err := c.rigsim(ctx, http.MethodDelete, run.Spec.RigRef.Name, "/api/sim/faults", ""); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }
 
 // SetRigFaults merges rigsim faults (a JSON object) into a rig's.
