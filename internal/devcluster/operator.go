@@ -164,7 +164,6 @@ func (c *Cluster) ensureModelSecret(ctx context.Context) error {
 func (c *Cluster) managerArgs() []string {
 	p := c.Ports()
 	return []string{
-		"--kubeconfig=" + c.kubeconfigOf("manager"),
 		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", p.ManagerMetrics),
 		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", p.ManagerProbes),
 		"--loop-image=" + LoopImage, "--manager-image=" + ManagerImage,
@@ -177,7 +176,7 @@ func (c *Cluster) managerArgs() []string {
 // StartHostManager starts (or restarts) the manager as a host process and
 // waits for its health probe.
 func (c *Cluster) StartHostManager(ctx context.Context) error {
-	proc, err := c.run("manager", c.bin("manager"), c.managerArgs(), nil)
+	proc, err := c.run("manager", c.bin("manager"), c.managerArgs(), []string{"KUBECONFIG=" + c.kubeconfigOf("manager")})
 	if err != nil {
 		return err
 	}
