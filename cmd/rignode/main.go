@@ -1,0 +1,212 @@
+// Command rignode is a node agent that runs pods as host processes: the
+// local dev cluster's node, and a way to run loop pods on rig hosts that
+// cannot run containers (macOS hosts with iPhones). See docs/rignode.md.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	vklog "github.com/virtual-kubelet/virtual-kubelet/log"
+	vkslog "github.com/virtual-kubelet/virtual-kubelet/log/slog"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/clawfarm/clawfarm/internal/rignode"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:])
+	stop()
+	os.Exit(code)
+}
+
+// run starts rignode with args and serves until ctx ends.
+func run(ctx context.Context, args []string) int {
+	fs := flag.NewFlagSet("rignode", flag.ContinueOnError)
+	host, _ := os.Hostname()
+	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig rignode uses to reach the API server (default $KUBECONFIG)")
+	nodeName := fs.String("node-name", strings.ToLower(host), "name of the Node to register")
+	nodeIP := fs.String("node-ip", "", "the node's address, registered as InternalIP and used as every pod's IP (default: the local address that routes to the API server)")
+	port := fs.Int("port", 10250, "kubelet API port (HTTPS; the API server dials it for logs)")
+	address := fs.String("address", "", "address the kubelet API listens on (default: all)")
+	imageMap := fs.String("image-map", "", "image=path,... : the host binary (or image root directory) each image stands for")
+	imageMapFile := fs.String("image-map-file", "", "file of image=path lines (# comments); --image-map entries override it")
+	rootDir := fs.String("root-dir", "", "directory for per-pod files: volumes, logs, termination messages (default $TMPDIR/rignode-<node-name>)")
+	labels := fs.String("node-labels", "", "extra node labels, k=v,...")
+	taints := fs.String("register-with-taints", "", "node taints, key=value:Effect,... (e.g. farm.clawfarm.dev/rig=true:NoSchedule)")
+	pods := fs.String("pods", "110", "pod capacity")
+	cpu := fs.String("cpu", fmt.Sprint(runtime.NumCPU()), "cpu capacity")
+	memory := fs.String("memory", hostMemory(), "memory capacity (default: the host's, 8Gi where it cannot be read)")
+	apiServer := fs.String("pod-apiserver-url", "", "API server URL pods' in-cluster clients dial (default: the kubeconfig's server)")
+	tlsCert := fs.String("tls-cert-file", "", "kubelet API serving certificate (default: self-signed)")
+	tlsKey := fs.String("tls-private-key-file", "", "key of --tls-cert-file")
+	clientCA := fs.String("client-ca-file", "", "require kubelet API clients to present a certificate signed by this CA (kube-apiserver's kubelet client CA)")
+	anonymous := fs.Bool("anonymous-auth", false, "serve the kubelet API (logs) to anyone who can reach it: loopback dev clusters only")
+	verbose := fs.Bool("v", false, "debug logging")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	vklog.L = vkslog.FromSlog(logger)
+	fail := func(code int, f string, a ...any) int {
+		fmt.Fprintf(os.Stderr, "rignode: "+f+"\n", a...)
+		return code
+	}
+
+	images := rignode.ImageMap{}
+	if *imageMapFile != "" {
+		m, err := rignode.LoadImageMapFile(*imageMapFile)
+		if err != nil {
+			return fail(2, "%v", err)
+		}
+		images.Merge(m)
+	}
+	m, err := rignode.ParseImageMap(*imageMap)
+	if err != nil {
+		return fail(2, "%v", err)
+	}
+	images.Merge(m)
+	if len(images) == 0 {
+		return fail(2, "no images mapped: pass --image-map image=/path/to/binary,... or --image-map-file")
+	}
+	if err := images.Validate(); err != nil {
+		return fail(2, "%v", err)
+	}
+	nodeLabels, err := rignode.ParseLabels(*labels)
+	if err != nil {
+		return fail(2, "--node-labels: %v", err)
+	}
+	nodeTaints, err := rignode.ParseTaints(*taints)
+	if err != nil {
+		return fail(2, "--register-with-taints: %v", err)
+	}
+	capacity := corev1.ResourceList{}
+	for name, v := range map[corev1.ResourceName]string{corev1.ResourcePods: *pods, corev1.ResourceCPU: *cpu, corev1.ResourceMemory: *memory} {
+		q, err := resource.ParseQuantity(v)
+		if err != nil {
+			return fail(2, "--%s %q is not a quantity: %v", name, v, err)
+		}
+		capacity[name] = q
+	}
+	if *nodeName == "" {
+		return fail(2, "--node-name is empty")
+	}
+
+	if *kubeconfig != "" {
+		// virtual-kubelet builds a default client from $KUBECONFIG before it
+		// takes ours; point it at the same file so it does not warn. Pods never
+		// inherit rignode's environment.
+		_ = os.Setenv("KUBECONFIG", *kubeconfig)
+	}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+		&clientcmd.ClientConfigLoadingRules{ExplicitPath: *kubeconfig}, nil).ClientConfig()
+	if err != nil {
+		return fail(2, "kubeconfig: %v (pass --kubeconfig)", err)
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fail(1, "client: %v", err)
+	}
+	podServer := *apiServer
+	if podServer == "" {
+		podServer = cfg.Host
+	}
+	ca, err := caBundle(cfg)
+	if err != nil {
+		return fail(2, "API server CA: %v", err)
+	}
+	if *nodeIP == "" {
+		*nodeIP = routeTo(cfg.Host)
+	}
+	if *rootDir == "" {
+		*rootDir = filepath.Join(os.TempDir(), "rignode-"+*nodeName)
+	}
+
+	n, _, err := rignode.NewNode(rignode.NodeConfig{
+		Provider: rignode.Config{
+			NodeName: *nodeName, NodeIP: *nodeIP, Images: images, RootDir: *rootDir,
+			APIServer: podServer, APIServerCA: ca,
+			Logf: func(f string, a ...any) { logger.Info(fmt.Sprintf(f, a...)) },
+		},
+		Client: client, Port: int32(*port), ListenAddress: *address,
+		Labels: nodeLabels, Taints: nodeTaints, Capacity: capacity,
+		TLSCertFile: *tlsCert, TLSKeyFile: *tlsKey, ClientCAFile: *clientCA, AnonymousAuth: *anonymous,
+	})
+	if err != nil {
+		return fail(2, "%v", err)
+	}
+	logger.Info("rignode starting", "node", *nodeName, "ip", *nodeIP, "port", *port, "root", *rootDir, "images", strings.Join(images.Images(), ","))
+	go func() {
+		if err := n.WaitReady(ctx, 2*time.Minute); err == nil {
+			logger.Info("rignode ready", "node", *nodeName)
+		}
+	}()
+	if err := n.Run(ctx); err != nil && ctx.Err() == nil {
+		return fail(1, "%v", err)
+	}
+	return 0
+}
+
+// caBundle is the CA pods trust for the API server: the one rignode trusts.
+func caBundle(cfg *rest.Config) ([]byte, error) {
+	if len(cfg.CAData) > 0 {
+		return cfg.CAData, nil
+	}
+	if cfg.CAFile != "" {
+		return os.ReadFile(cfg.CAFile)
+	}
+	return nil, nil
+}
+
+// routeTo is the local address the host uses to reach server (no packet is sent).
+func routeTo(server string) string {
+	u, err := url.Parse(server)
+	if err != nil {
+		return "127.0.0.1"
+	}
+	port := u.Port()
+	if port == "" {
+		port = "443"
+	}
+	c, err := net.Dial("udp", net.JoinHostPort(u.Hostname(), port))
+	if err != nil {
+		return "127.0.0.1"
+	}
+	defer func() { _ = c.Close() }()
+	return c.LocalAddr().(*net.UDPAddr).IP.String()
+}
+
+// hostMemory is the host's memory as a quantity: MemTotal on Linux, else 8Gi.
+func hostMemory() string {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return "8Gi"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 3 && f[0] == "MemTotal:" && f[2] == "kB" {
+			return f[1] + "Ki"
+		}
+	}
+	return "8Gi"
+}

@@ -1,0 +1,357 @@
+package rignode
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// container is one container of a pod: how to start its process, and its state.
+// All fields after spec are guarded by the pod's mutex.
+type container struct {
+	spec     corev1.Container
+	init     bool
+	argv     []string
+	env      []string
+	workDir  string
+	dir      string // rignode's files for this container: logs, termination-log, pid
+	termFile string
+	imageID  string
+
+	runs  int // how many times the process started
+	state corev1.ContainerState
+	last  corev1.ContainerState
+	final bool // will not run again
+	proc  *exec.Cmd
+	logs  *logWriter
+	pipe  *os.File
+	drain chan struct{}
+	id    string
+}
+
+func (r *podRun) newContainer(spec *corev1.Container, init bool, vs *volumeSet, kubeconfig string) (*container, error) {
+	p := r.p
+	what := fmt.Sprintf("container %q", spec.Name)
+	bin, err := p.cfg.Images.Resolve(spec.Image)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	c := &container{spec: *spec.DeepCopy(), init: init, dir: filepath.Join(r.dir, "containers", spec.Name), imageID: "rignode://" + bin}
+	if err := os.MkdirAll(c.dir, 0o755); err != nil {
+		return nil, err
+	}
+
+	var paths PathMap
+	for _, m := range spec.VolumeMounts {
+		host, ok := vs.paths[m.Name]
+		if !ok {
+			return nil, fmt.Errorf("%s mounts volume %q, which the pod does not declare", what, m.Name)
+		}
+		if m.SubPath != "" {
+			host = filepath.Join(host, m.SubPath)
+			if err := os.MkdirAll(host, 0o755); err != nil {
+				return nil, fmt.Errorf("%s: subPath %s: %w", what, m.SubPath, err)
+			}
+		}
+		paths.Add(m.MountPath, host)
+	}
+	termPath := spec.TerminationMessagePath
+	if termPath == "" {
+		termPath = corev1.TerminationMessagePathDefault
+	}
+	c.termFile = filepath.Join(c.dir, "termination-log")
+	paths.Add(termPath, c.termFile)
+
+	// argv: the mapped binary is the image's entrypoint; a mapped directory is
+	// the image's root, in which command[0] is found.
+	st, err := os.Stat(bin)
+	if err != nil {
+		return nil, fmt.Errorf("%s: image %s maps to %s: %w", what, spec.Image, bin, err)
+	}
+	var args []string
+	switch {
+	case st.IsDir() && len(spec.Command) == 0:
+		return nil, fmt.Errorf("%s: image %s maps to the directory %s, so the container needs a command naming the program in it", what, spec.Image, bin)
+	case st.IsDir():
+		c.argv = []string{filepath.Join(bin, filepath.Clean("/"+spec.Command[0]))}
+		args = append(append(args, spec.Command[1:]...), spec.Args...)
+	case len(spec.Command) > 0:
+		c.argv = []string{bin}
+		args = append(append(args, spec.Command[1:]...), spec.Args...)
+	default:
+		c.argv = []string{bin}
+		args = spec.Args
+	}
+
+	env := map[string]string{}
+	for _, kv := range p.cfg.BaseEnv {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
+		}
+	}
+	env["HOME"] = r.dir
+	env["HOSTNAME"] = r.pod.Name
+	env["TMPDIR"] = filepath.Join(r.dir, "tmp")
+	if err := os.MkdirAll(env["TMPDIR"], 0o777); err != nil {
+		return nil, err
+	}
+	for _, e := range spec.Env {
+		v := e.Value
+		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && v == "" {
+			if v, err = FieldValue(r.pod, e.ValueFrom.FieldRef.FieldPath); err != nil {
+				return nil, fmt.Errorf("%s: env %s: %w", what, e.Name, err)
+			}
+		}
+		// Only the container's own values are rewritten: rignode's (HOME,
+		// TMPDIR, PATH, KUBECONFIG) are host paths already.
+		env[e.Name] = expand(paths.Value(v), env)
+	}
+	if p.cfg.APIServer != "" {
+		// The cluster's service IP is not reachable from a host process: point
+		// in-cluster clients at the API server itself.
+		svc, err := serviceEnv(p.cfg.APIServer)
+		if err != nil {
+			return nil, err
+		}
+		for k := range env {
+			if strings.HasPrefix(k, "KUBERNETES_PORT_") {
+				delete(env, k)
+			}
+		}
+		for k, v := range svc {
+			env[k] = v
+		}
+		if _, set := env["KUBECONFIG"]; !set && kubeconfig != "" {
+			env["KUBECONFIG"] = kubeconfig
+		}
+	}
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		c.env = append(c.env, k+"="+env[k])
+	}
+	for _, a := range args {
+		c.argv = append(c.argv, expand(paths.Value(a), env))
+	}
+	c.workDir = r.dir
+	if spec.WorkingDir != "" {
+		c.workDir = paths.Path(spec.WorkingDir)
+	}
+	reason := "ContainerCreating"
+	if !init && len(r.pod.Spec.InitContainers) > 0 {
+		reason = "PodInitializing"
+	}
+	c.state = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason}}
+	return c, nil
+}
+
+// expand replaces $(VAR) with VAR's value as Kubernetes does; $$ escapes; unknown references stay.
+func expand(s string, env map[string]string) string {
+	if !strings.Contains(s, "$") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '$' || i+1 >= len(s) {
+			b.WriteByte(s[i])
+			continue
+		}
+		switch s[i+1] {
+		case '$':
+			b.WriteByte('$')
+			i++
+			continue
+		case '(':
+			if j := strings.IndexByte(s[i+2:], ')'); j >= 0 {
+				name := s[i+2 : i+2+j]
+				if v, ok := env[name]; ok {
+					b.WriteString(v)
+				} else {
+					b.WriteString(s[i : i+3+j])
+				}
+				i += 2 + j
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func (c *container) logPath(run int) string {
+	return filepath.Join(c.dir, strconv.Itoa(run)+".log")
+}
+
+func (c *container) started() bool { return c.runs > 0 }
+
+// start launches the process in its own process group. Called with the pod's mutex held.
+func (c *container) start() error {
+	if err := os.WriteFile(c.termFile, nil, 0o666); err != nil {
+		return fmt.Errorf("termination message file: %w", err)
+	}
+	logs, err := newLogWriter(c.logPath(c.runs + 1))
+	if err != nil {
+		return fmt.Errorf("log file: %w", err)
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		_ = logs.Close()
+		return err
+	}
+	cmd := exec.Command(c.argv[0], c.argv[1:]...)
+	cmd.Env, cmd.Dir = c.env, c.workDir
+	cmd.Stdout, cmd.Stderr = pw, pw
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if c.state.Terminated != nil {
+		c.last = c.state
+	}
+	c.runs++
+	if err := cmd.Start(); err != nil {
+		_ = pw.Close()
+		_ = pr.Close()
+		_ = logs.Close()
+		return err
+	}
+	_ = pw.Close()
+	c.drain = make(chan struct{})
+	go func(done chan struct{}) {
+		defer close(done)
+		_, _ = io.Copy(logs, pr)
+		_ = pr.Close()
+		_ = logs.Close()
+	}(c.drain)
+	c.proc, c.logs, c.pipe = cmd, logs, pr
+	c.id = fmt.Sprintf("rignode://%d", cmd.Process.Pid)
+	_ = os.WriteFile(filepath.Join(c.dir, "pid"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644)
+	c.state = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}
+	return nil
+}
+
+// startFailed records a process that could not start (exit 128, StartError, as the kubelet reports it).
+func (c *container) startFailed(err error) {
+	now := metav1.Now()
+	if c.state.Terminated != nil {
+		c.last = c.state
+	}
+	c.state = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+		ExitCode: 128, Reason: "StartError", Message: err.Error(), StartedAt: now, FinishedAt: now,
+	}}
+}
+
+type exitResult struct {
+	code   int32
+	signal int32
+	at     time.Time
+}
+
+// wait waits for the process, kills what is left of its group and drains its output.
+func (c *container) wait() exitResult {
+	cmd := c.proc
+	_ = cmd.Wait()
+	res := exitResult{at: time.Now()}
+	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	switch {
+	case ws.Signaled():
+		res.signal = int32(ws.Signal())
+		res.code = 128 + res.signal
+	default:
+		res.code = int32(cmd.ProcessState.ExitCode())
+	}
+	killGroup(cmd.Process.Pid, true)
+	select {
+	case <-c.drain:
+	case <-time.After(2 * time.Second):
+		_ = c.pipe.Close()
+		<-c.drain
+	}
+	return res
+}
+
+// exited records how the process ended. Called with the pod's mutex held.
+func (c *container) exited(res exitResult) {
+	reason := "Completed"
+	if res.code != 0 {
+		reason = "Error"
+	}
+	started := metav1.Now()
+	if c.state.Running != nil {
+		started = c.state.Running.StartedAt
+	}
+	c.state = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+		ExitCode: res.code, Signal: res.signal, Reason: reason, Message: c.terminationMessage(res.code),
+		StartedAt: started, FinishedAt: metav1.NewTime(res.at), ContainerID: c.id,
+	}}
+	c.proc = nil
+	_ = os.Remove(filepath.Join(c.dir, "pid"))
+}
+
+func (c *container) terminationMessage(code int32) string {
+	b, _ := os.ReadFile(c.termFile)
+	if len(b) > maxTerminationMessage {
+		b = b[:maxTerminationMessage]
+	}
+	msg := string(b)
+	if msg == "" && code != 0 && c.spec.TerminationMessagePolicy == corev1.TerminationMessageFallbackToLogsOnError {
+		msg = tailText(c.logPath(c.runs), fallbackLogLines, fallbackLogBytes)
+	}
+	return msg
+}
+
+func (c *container) waiting(reason, message string) {
+	if c.state.Terminated != nil {
+		c.last = c.state
+	}
+	c.state = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: message}}
+}
+
+func (c *container) exitCode() int32 {
+	if c.state.Terminated != nil {
+		return c.state.Terminated.ExitCode
+	}
+	if c.last.Terminated != nil {
+		return c.last.Terminated.ExitCode
+	}
+	return 0
+}
+
+func (c *container) status() corev1.ContainerStatus {
+	restarts := int32(0)
+	if c.runs > 1 {
+		restarts = int32(c.runs - 1)
+	}
+	return corev1.ContainerStatus{
+		Name:                 c.spec.Name,
+		State:                *c.state.DeepCopy(),
+		LastTerminationState: *c.last.DeepCopy(),
+		Ready:                c.state.Running != nil && !c.init,
+		Started:              ptrBool(c.state.Running != nil),
+		RestartCount:         restarts,
+		Image:                c.spec.Image,
+		ImageID:              c.imageID,
+		ContainerID:          c.id,
+	}
+}
+
+func ptrBool(b bool) *bool { return &b }
+
+// killGroup sends SIGTERM (or SIGKILL) to the process group pid leads.
+func killGroup(pid int, kill bool) {
+	sig := syscall.SIGTERM
+	if kill {
+		sig = syscall.SIGKILL
+	}
+	_ = syscall.Kill(-pid, sig)
+}
