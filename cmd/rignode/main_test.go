@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -105,9 +104,6 @@ func TestRunsAPodFromTheCommandLine(t *testing.T) {
 			return
 		}
 		time.Sleep(100 * time.Millisecond)
-	}
-	if _, err := os.Stat("/bin/sh"); err != nil {
-		t.Skip("no /bin/sh on this host")
 	}
 	t.Fatal("the pod did not fail with exit 3 in time")
 }

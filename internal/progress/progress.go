@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/clawfarm/clawfarm/internal/contract"
 )
@@ -44,15 +46,18 @@ type Patcher struct {
 	stopped bool
 }
 
-// NewInCluster builds a patcher for namespace/name with the pod's service account.
+// NewInCluster builds a patcher for namespace/name with the pod's service
+// account: the in-cluster config, or the kubeconfig KUBECONFIG names (how
+// rignode hands a pod its service-account credentials on hosts without
+// containers).
 func NewInCluster(run string, logf func(string, ...any)) (*Patcher, error) {
 	ns, name, err := contract.ParseRunRef(run)
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := rest.InClusterConfig()
+	cfg, err := podConfig()
 	if err != nil {
-		return nil, fmt.Errorf("progress patching needs the in-cluster config: %w", err)
+		return nil, err
 	}
 	dc, err := dynamic.NewForConfig(cfg)
 	if err != nil {
@@ -136,4 +141,19 @@ func (p *Patcher) send() {
 	p.mu.Lock()
 	p.last = time.Now()
 	p.mu.Unlock()
+}
+
+func podConfig() (*rest.Config, error) {
+	if path := os.Getenv("KUBECONFIG"); path != "" {
+		cfg, err := clientcmd.BuildConfigFromFlags("", path)
+		if err != nil {
+			return nil, fmt.Errorf("progress patching: the kubeconfig in KUBECONFIG (%s): %w", path, err)
+		}
+		return cfg, nil
+	}
+	cfg, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, fmt.Errorf("progress patching needs the in-cluster config or KUBECONFIG: %w", err)
+	}
+	return cfg, nil
 }

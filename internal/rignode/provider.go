@@ -76,7 +76,12 @@ func NewProvider(cfg Config) (*Provider, error) {
 		return nil, err
 	}
 	cfg.RootDir = abs
-	if err := os.MkdirAll(filepath.Join(cfg.RootDir, "pods"), 0o755); err != nil {
+	// Pod directories hold Secrets: only rignode's user may enter them.
+	pods := filepath.Join(cfg.RootDir, "pods")
+	if err := os.MkdirAll(pods, 0o700); err != nil {
+		return nil, fmt.Errorf("rignode: root directory: %w", err)
+	}
+	if err := os.Chmod(pods, 0o700); err != nil {
 		return nil, fmt.Errorf("rignode: root directory: %w", err)
 	}
 	if cfg.BaseEnv == nil {
