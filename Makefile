@@ -84,3 +84,29 @@ bench-engine: ## Engine benchmark: a 300-turn scripted session.
 
 .PHONY: ci
 ci: verify-fmt vet verify-generated chart-check test test-race ## What .ci/run runs.
+
+##@ Dev cluster
+
+DEV_DIR  ?= $(CURDIR)/.dev
+DEV_RIGS ?= 5
+DEVCLUSTER = $(GO) run ./cmd/devcluster
+
+.PHONY: dev-up
+dev-up: k8s ## Start the local dev cluster (control plane, rignode, rigsim, modelsim, the operator) in .dev/.
+	$(DEVCLUSTER) up --dir $(DEV_DIR) --rigs $(DEV_RIGS)
+
+.PHONY: dev-down
+dev-down: ## Stop the local dev cluster.
+	$(DEVCLUSTER) down --dir $(DEV_DIR)
+
+.PHONY: dev-status
+dev-status: ## Show the dev cluster's processes.
+	$(DEVCLUSTER) status --dir $(DEV_DIR)
+
+.PHONY: demo
+demo: k8s ## The main job: dev cluster up, one sample AgentRun per sentinel, watched to the end.
+	$(DEVCLUSTER) demo --dir $(DEV_DIR) --rigs $(DEV_RIGS)
+
+.PHONY: e2e
+e2e: k8s ## End-to-end suite on a fresh dev cluster of its own (real scheduler, CronJob controller).
+	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh --print) $(GO) test -tags e2e -count=1 -v -timeout 20m ./test/e2e/

@@ -1,0 +1,662 @@
+package devcluster
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+)
+
+// Cluster is a running dev cluster.
+type Cluster struct {
+	Config
+	// Kubeconfig is the user's kubeconfig (system:masters).
+	Kubeconfig string
+	// Client talks to the cluster as the user.
+	Client client.Client
+
+	pki     PKI
+	k8s     string
+	started time.Time
+	mu      sync.Mutex
+	procs   []*Proc
+}
+
+// state is what state.json keeps for `down` and `status`.
+type state struct {
+	Root       string    `json:"root"`
+	BasePort   int       `json:"basePort"`
+	Rigs       int       `json:"rigs"`
+	Manager    Manager   `json:"manager"`
+	Kubeconfig string    `json:"kubeconfig"`
+	K8sDir     string    `json:"k8sDir"`
+	Started    time.Time `json:"started"`
+	Procs      []*Proc   `json:"procs"`
+}
+
+// Binaries of the project the cluster runs, built into bin/.
+var projectBinaries = []string{"loop", "manager", "rigsim", "modelsim", "rignode"}
+
+// Scheme knows the built-in kinds, the CRD kind and clawfarm's kinds.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = apiextv1.AddToScheme(s)
+	_ = farmv1.AddToScheme(s)
+	return s
+}
+
+// Up starts a dev cluster and returns once every rig is Ready. When it fails
+// (or ctx ends) it stops whatever it started.
+func Up(ctx context.Context, cfg Config) (c *Cluster, err error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	c = &Cluster{Config: cfg, Kubeconfig: filepath.Join(cfg.Dir, "kubeconfig"), started: time.Now().UTC()}
+	begin := time.Now()
+	if st, err := readState(cfg.Dir); err == nil && st.anyAlive() {
+		return nil, fmt.Errorf("a dev cluster is already up in %s (started %s); run `devcluster down --dir %s` first",
+			cfg.Dir, st.Started.Format(time.RFC3339), cfg.Dir)
+	}
+	if err := c.checkPorts(); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			c.Log("stopping what was started")
+			c.Down()
+		}
+	}()
+	if err := c.prepare(ctx); err != nil {
+		return c, err
+	}
+	steps := []struct {
+		what string
+		fn   func(context.Context) error
+	}{
+		{"etcd", c.startEtcd},
+		{"kube-apiserver", c.startAPIServer},
+		{"kube-controller-manager and kube-scheduler", c.startControllers},
+		{"rigsim and modelsim", c.startSimulators},
+		{"rignode (nodes " + SystemNode + ", " + RigNode + ")", c.startNodes},
+		{"the operator (" + string(cfg.Manager) + ")", c.installOperator},
+		{fmt.Sprintf("%d DeviceRigs", cfg.Rigs), c.registerRigs},
+	}
+	for _, s := range steps {
+		if err := ctx.Err(); err != nil {
+			return c, fmt.Errorf("interrupted: %w", err)
+		}
+		t := time.Now()
+		c.Log("%s …", s.what)
+		if err := s.fn(ctx); err != nil {
+			return c, fmt.Errorf("%s: %w", s.what, err)
+		}
+		c.Log("%s ready (%.1fs)", s.what, time.Since(t).Seconds())
+	}
+	c.Log("up in %.0fs: export KUBECONFIG=%s", time.Since(begin).Seconds(), c.Kubeconfig)
+	return c, nil
+}
+
+// prepare builds what is missing, cleans the directory and writes the PKI and kubeconfigs.
+func (c *Cluster) prepare(ctx context.Context) error {
+	if c.Build {
+		t := time.Now()
+		var pkgs, names []string
+		for _, b := range projectBinaries {
+			if exists(filepath.Join(c.Root, "cmd", b)) {
+				pkgs, names = append(pkgs, "./cmd/"+b), append(names, b)
+			}
+		}
+		c.Log("building %s into bin/ (go build)", strings.Join(names, ", "))
+		cmd := exec.CommandContext(ctx, "go", append([]string{"build", "-o", filepath.Join(c.Root, "bin") + "/"}, pkgs...)...)
+		cmd.Dir, cmd.Stdout, cmd.Stderr = c.Root, os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("go build: %w", err)
+		}
+		c.Log("built in %.1fs", time.Since(t).Seconds())
+	}
+	for _, b := range projectBinaries {
+		if !exists(c.bin(b)) {
+			return fmt.Errorf("%s is missing; run `make build` (or pass --build)", c.bin(b))
+		}
+	}
+	if c.K8sDir == "" {
+		c.Log("control-plane binaries: hack/build-k8s.sh (builds them once if missing, 10-20 minutes)")
+		cmd := exec.CommandContext(ctx, filepath.Join(c.Root, "hack", "build-k8s.sh"))
+		cmd.Dir, cmd.Stderr = c.Root, os.Stderr
+		out, err := cmd.Output()
+		if err != nil {
+			return fmt.Errorf("hack/build-k8s.sh: %w", err)
+		}
+		c.K8sDir = strings.TrimSpace(string(out))
+	}
+	c.k8s = c.K8sDir
+	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"} {
+		if !exists(filepath.Join(c.k8s, b)) {
+			return fmt.Errorf("%s is missing from %s; run hack/build-k8s.sh", b, c.k8s)
+		}
+	}
+	for _, d := range []string{"etcd", "logs", "nodes", "rigs"} {
+		if err := os.RemoveAll(filepath.Join(c.Dir, d)); err != nil {
+			return fmt.Errorf("clean %s: %w", d, err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(c.Dir, "logs"), 0o755); err != nil {
+		return err
+	}
+	nodes := []string{SystemNode, RigNode}
+	var err error
+	if c.pki, err = EnsurePKI(filepath.Join(c.Dir, "pki"), nodes); err != nil {
+		return err
+	}
+	server := c.APIServerURL()
+	kcs := map[string]string{c.Kubeconfig: "admin"}
+	for _, id := range []string{"kube-controller-manager", "kube-scheduler", "manager"} {
+		kcs[c.kubeconfigOf(id)] = id
+	}
+	for _, n := range nodes {
+		kcs[c.kubeconfigOf("node-"+n)] = "node-" + n
+	}
+	for path, id := range kcs {
+		if err := writeKubeconfig(path, server, c.pki, id); err != nil {
+			return err
+		}
+	}
+	return c.saveState()
+}
+
+func (c *Cluster) bin(name string) string { return filepath.Join(c.Root, "bin", name) }
+
+func (c *Cluster) kubeconfigOf(id string) string {
+	return filepath.Join(c.Dir, "pki", id+".kubeconfig")
+}
+
+// APIServerURL is the kube-apiserver's address.
+func (c *Cluster) APIServerURL() string {
+	return fmt.Sprintf("https://127.0.0.1:%d", c.Ports().APIServer)
+}
+
+// ModelBaseURL is modelsim's OpenAI-compatible base URL.
+func (c *Cluster) ModelBaseURL() string {
+	return fmt.Sprintf("http://127.0.0.1:%d/v1", c.Ports().Modelsim)
+}
+
+// RigURL is the base URL of rig i on rigsim (…/mcp, …/api/status, …/api/sim/state).
+func (c *Cluster) RigURL(i int) string {
+	return fmt.Sprintf("http://127.0.0.1:%d/rigs/%s", c.Ports().Rigsim, RigName(i))
+}
+
+func (c *Cluster) checkPorts() error {
+	p := c.Ports()
+	named := map[string]int{"etcd": p.Etcd, "etcd peer": p.EtcdPeer, "kube-apiserver": p.APIServer,
+		"kube-controller-manager": p.ControllerManager, "kube-scheduler": p.Scheduler,
+		"rignode " + SystemNode: p.SystemKubelet, "rignode " + RigNode: p.RigKubelet,
+		"manager metrics": p.ManagerMetrics, "manager probes": p.ManagerProbes, "modelsim": p.Modelsim, "rigsim": p.Rigsim}
+	for what, port := range named {
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			return fmt.Errorf("port %d (%s) is taken: is another dev cluster up? Stop it, or pick other ports with --base-port (the cluster uses %d ports from it)",
+				port, what, PortCount)
+		}
+		ln.Close()
+	}
+	return nil
+}
+
+func (c *Cluster) run(name, bin string, args, env []string) (*Proc, error) {
+	p, err := start(c.Dir, name, bin, args, env)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.procs = append(c.procs, p)
+	c.mu.Unlock()
+	return p, c.saveState()
+}
+
+func (c *Cluster) startEtcd(ctx context.Context) error {
+	p := c.Ports()
+	client := fmt.Sprintf("http://127.0.0.1:%d", p.Etcd)
+	peer := fmt.Sprintf("http://127.0.0.1:%d", p.EtcdPeer)
+	proc, err := c.run("etcd", filepath.Join(c.k8s, "etcd"), []string{
+		"--name=dev", "--data-dir=" + filepath.Join(c.Dir, "etcd"),
+		"--listen-client-urls=" + client, "--advertise-client-urls=" + client,
+		"--listen-peer-urls=" + peer, "--initial-advertise-peer-urls=" + peer,
+		"--initial-cluster=dev=" + peer, "--unsafe-no-fsync", "--log-level=warn",
+	}, nil)
+	if err != nil {
+		return err
+	}
+	return waitFor(ctx, "etcd", time.Minute, []*Proc{proc}, func() error {
+		return httpOK(ctx, http.DefaultClient, client+"/health")
+	})
+}
+
+func (c *Cluster) startAPIServer(ctx context.Context) error {
+	p, f := c.Ports(), c.pki.File
+	proc, err := c.run("kube-apiserver", filepath.Join(c.k8s, "kube-apiserver"), []string{
+		fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", p.Etcd),
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", p.APIServer),
+		"--tls-cert-file=" + f("apiserver.crt"), "--tls-private-key-file=" + f("apiserver.key"),
+		"--client-ca-file=" + f("ca.crt"),
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + f("sa.pub"), "--service-account-signing-key-file=" + f("sa.key"),
+		"--authorization-mode=RBAC", "--service-cluster-ip-range=" + ServiceCIDR,
+		"--kubelet-client-certificate=" + f("apiserver-kubelet-client.crt"),
+		"--kubelet-client-key=" + f("apiserver-kubelet-client.key"),
+		"--kubelet-preferred-address-types=InternalIP,Hostname",
+		// 127.0.0.1 cannot be an Endpoints address; pods reach the apiserver
+		// directly (rignode sets KUBERNETES_SERVICE_HOST/PORT).
+		"--endpoint-reconciler-type=none",
+		"--allow-privileged=true", "--enable-priority-and-fairness=false",
+		"--profiling=false", "--v=1",
+	}, nil)
+	if err != nil {
+		return err
+	}
+	hc, err := c.httpsClient()
+	if err != nil {
+		return err
+	}
+	if err := waitFor(ctx, "kube-apiserver", 2*time.Minute, []*Proc{proc}, func() error {
+		return httpOK(ctx, hc, c.APIServerURL()+"/readyz")
+	}); err != nil {
+		return err
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.QPS, cfg.Burst = 50, 100
+	c.Client, err = client.New(cfg, client.Options{Scheme: Scheme()})
+	return err
+}
+
+func (c *Cluster) startControllers(ctx context.Context) error {
+	p, f := c.Ports(), c.pki.File
+	kcm := c.kubeconfigOf("kube-controller-manager")
+	cm, err := c.run("kube-controller-manager", filepath.Join(c.k8s, "kube-controller-manager"), []string{
+		"--kubeconfig=" + kcm, "--authentication-kubeconfig=" + kcm, "--authorization-kubeconfig=" + kcm,
+		"--bind-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", p.ControllerManager),
+		"--leader-elect=false", "--use-service-account-credentials=true",
+		"--service-account-private-key-file=" + f("sa.key"), "--root-ca-file=" + f("ca.crt"),
+		"--cluster-signing-cert-file=" + f("ca.crt"), "--cluster-signing-key-file=" + f("ca.key"),
+		"--controllers=*", "--service-cluster-ip-range=" + ServiceCIDR,
+		"--concurrent-cron-job-syncs=5", "--v=1",
+	}, nil)
+	if err != nil {
+		return err
+	}
+	ks := c.kubeconfigOf("kube-scheduler")
+	sch, err := c.run("kube-scheduler", filepath.Join(c.k8s, "kube-scheduler"), []string{
+		"--kubeconfig=" + ks, "--authentication-kubeconfig=" + ks, "--authorization-kubeconfig=" + ks,
+		"--bind-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", p.Scheduler),
+		"--leader-elect=false", "--v=1",
+	}, nil)
+	if err != nil {
+		return err
+	}
+	// The service-account controller creating `default` in the run namespace
+	// is the sign that the controller-manager works.
+	if err := waitFor(ctx, "the default ServiceAccount", 90*time.Second, []*Proc{cm, sch}, func() error {
+		var sa corev1.ServiceAccount
+		return c.Client.Get(ctx, client.ObjectKey{Namespace: RunNamespace, Name: "default"}, &sa)
+	}); err != nil {
+		return err
+	}
+	hc, err := c.httpsClient(true)
+	if err != nil {
+		return err
+	}
+	return waitFor(ctx, "kube-scheduler", time.Minute, []*Proc{sch}, func() error {
+		return httpOK(ctx, hc, fmt.Sprintf("https://127.0.0.1:%d/healthz", p.Scheduler))
+	})
+}
+
+func (c *Cluster) startSimulators(ctx context.Context) error {
+	p := c.Ports()
+	rs, err := c.run("rigsim", c.bin("rigsim"), append([]string{
+		fmt.Sprintf("--listen=127.0.0.1:%d", p.Rigsim), fmt.Sprintf("--rigs=%d", c.Rigs),
+	}, c.RigsimArgs...), nil)
+	if err != nil {
+		return err
+	}
+	args := []string{fmt.Sprintf("--listen=127.0.0.1:%d", p.Modelsim)}
+	if exists(c.Scenarios) {
+		args = append(args, "--scenarios="+c.Scenarios)
+	}
+	ms, err := c.run("modelsim", c.bin("modelsim"), args, nil)
+	if err != nil {
+		return err
+	}
+	if err := waitFor(ctx, "rigsim", 30*time.Second, []*Proc{rs}, func() error {
+		return httpOK(ctx, http.DefaultClient, fmt.Sprintf("http://127.0.0.1:%d/rigs", p.Rigsim))
+	}); err != nil {
+		return err
+	}
+	return waitFor(ctx, "modelsim", 30*time.Second, []*Proc{ms}, func() error {
+		return httpOK(ctx, http.DefaultClient, c.ModelBaseURL()+"/models")
+	})
+}
+
+// startNodes starts two rignode agents: the untainted system node (the
+// manager, follow-up Jobs) and the tainted rig host (loop pods).
+func (c *Cluster) startNodes(ctx context.Context) error {
+	p := c.Ports()
+	images := fmt.Sprintf("clawfarm/loop=%s,clawfarm/manager=%s", c.bin("loop"), c.bin("manager"))
+	var procs []*Proc
+	for _, n := range []struct {
+		name   string
+		port   int
+		labels string
+		taint  string
+	}{
+		{SystemNode, p.SystemKubelet, "farm.clawfarm.dev/dev-node=system", ""},
+		{RigNode, p.RigKubelet, farmv1.TaintRig + "=true", farmv1.TaintRig + "=true:NoSchedule"},
+	} {
+		args := rignodeArgs(rignodeSettings{
+			Kubeconfig: c.kubeconfigOf("node-" + n.name), Node: n.name, Port: n.port,
+			Cert: c.pki.File("node-" + n.name + ".crt"), Key: c.pki.File("node-" + n.name + ".key"), CA: c.pki.File("ca.crt"),
+			Root: filepath.Join(c.Dir, "nodes", n.name), Images: images, Labels: n.labels, Taint: n.taint,
+		})
+		proc, err := c.run("rignode-"+n.name, c.bin("rignode"), args, nil)
+		if err != nil {
+			return err
+		}
+		procs = append(procs, proc)
+	}
+	return waitFor(ctx, "both nodes Ready", 90*time.Second, procs, func() error {
+		for _, n := range []string{SystemNode, RigNode} {
+			var node corev1.Node
+			if err := c.Client.Get(ctx, client.ObjectKey{Name: n}, &node); err != nil {
+				return err
+			}
+			if !nodeReady(&node) {
+				return fmt.Errorf("node %s is not Ready", n)
+			}
+		}
+		return nil
+	})
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// registerRigs applies one DeviceRig per simulated rig, on the rig host, and
+// waits until the operator has found every one Ready.
+func (c *Cluster) registerRigs(ctx context.Context) error {
+	for i := 0; i < c.Rigs; i++ {
+		rig := c.DeviceRig(i)
+		if err := c.Client.Create(ctx, rig); err != nil {
+			return fmt.Errorf("create DeviceRig %s: %w", rig.Name, err)
+		}
+	}
+	return waitFor(ctx, "every DeviceRig Ready", 2*time.Minute, c.procsNamed("manager", "rignode-"+SystemNode, "rigsim"), func() error {
+		var list farmv1.DeviceRigList
+		if err := c.Client.List(ctx, &list, client.InNamespace(RunNamespace)); err != nil {
+			return err
+		}
+		ready := 0
+		for _, r := range list.Items {
+			if r.Status.Phase == farmv1.RigReady {
+				ready++
+			}
+		}
+		if ready < c.Rigs {
+			return fmt.Errorf("%d of %d rigs Ready", ready, c.Rigs)
+		}
+		return nil
+	})
+}
+
+// DeviceRig is the DeviceRig for simulated rig i.
+func (c *Cluster) DeviceRig(i int) *farmv1.DeviceRig {
+	rig := &farmv1.DeviceRig{}
+	rig.Namespace, rig.Name = RunNamespace, RigName(i)
+	rig.Labels = map[string]string{"pool": "sim", "farm.clawfarm.dev/dev-cluster": "true"}
+	rig.Spec.NodeName = RigNode
+	rig.Spec.Endpoint.URL = c.RigURL(i) + "/mcp"
+	rig.Spec.Endpoint.HealthURL = c.RigURL(i) + "/api/status"
+	rig.Spec.Phone.Platform, rig.Spec.Phone.Model = "ios", "rigsim"
+	rig.Spec.StateVolume.HostPath = filepath.Join(c.Dir, "rigs", rig.Name)
+	return rig
+}
+
+func (c *Cluster) procsNamed(names ...string) []*Proc {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*Proc
+	for _, p := range c.procs {
+		for _, n := range names {
+			if p.Name == n {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// Proc returns the running process of a component by name (etcd,
+// kube-apiserver, manager, rigsim, …), or nil.
+func (c *Cluster) Proc(name string) *Proc {
+	if ps := c.procsNamed(name); len(ps) > 0 {
+		return ps[len(ps)-1]
+	}
+	return nil
+}
+
+// Kubectl runs the cluster's kubectl as the user, with stdin, and returns its output.
+func (c *Cluster) Kubectl(ctx context.Context, stdin []byte, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(c.k8s, "kubectl"), args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig)
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return out, fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return out, nil
+}
+
+// Down stops every process, newest first: the operator and the nodes (and
+// with them every pod) before the control plane, etcd last.
+func (c *Cluster) Down() {
+	c.mu.Lock()
+	procs := append([]*Proc(nil), c.procs...)
+	c.mu.Unlock()
+	stopAll(procs, c.Log)
+	_ = os.Remove(filepath.Join(c.Dir, "state.json"))
+}
+
+func stopAll(procs []*Proc, log func(string, ...any)) {
+	order := func(name string) int {
+		switch {
+		case name == "manager":
+			return 0
+		case strings.HasPrefix(name, "rignode"):
+			return 1
+		case name == "etcd":
+			return 4
+		case name == "kube-apiserver":
+			return 3
+		}
+		return 2
+	}
+	for stage := 0; stage <= 4; stage++ {
+		var wg sync.WaitGroup
+		for _, p := range procs {
+			if order(p.Name) != stage {
+				continue
+			}
+			wg.Add(1)
+			go func(p *Proc) {
+				defer wg.Done()
+				grace := 10 * time.Second
+				if strings.HasPrefix(p.Name, "rignode") {
+					grace = 40 * time.Second // its pods get their grace period
+				}
+				p.Stop(grace)
+			}(p)
+		}
+		wg.Wait()
+	}
+	if log != nil {
+		log("stopped %d processes", len(procs))
+	}
+}
+
+func (c *Cluster) saveState() error {
+	c.mu.Lock()
+	st := state{Root: c.Root, BasePort: c.BasePort, Rigs: c.Rigs, Manager: c.Manager, Kubeconfig: c.Kubeconfig,
+		K8sDir: c.k8s, Started: c.started, Procs: c.procs}
+	b, err := json.MarshalIndent(st, "", "  ")
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(c.Dir, "state.json")
+	if err := os.MkdirAll(c.Dir, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(path+".tmp", b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(path+".tmp", path)
+}
+
+func readState(dir string) (*state, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "state.json"))
+	if err != nil {
+		return nil, err
+	}
+	var st state
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "state.json"), err)
+	}
+	return &st, nil
+}
+
+func (s *state) anyAlive() bool {
+	for _, p := range s.Procs {
+		if len(p.Args) > 0 && alive(p.PID, p.Args[0]) {
+			return true
+		}
+	}
+	return false
+}
+
+// Running reports whether a dev cluster runs in dir.
+func Running(dir string) bool {
+	st, err := readState(dir)
+	return err == nil && st.anyAlive()
+}
+
+// Stop stops the cluster recorded in dir (by `devcluster up` in another
+// process). It is not an error when nothing runs.
+func Stop(dir string, log func(string, ...any)) error {
+	st, err := readState(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		log("no dev cluster in %s", dir)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var live []*Proc
+	for _, p := range st.Procs {
+		if len(p.Args) > 0 && alive(p.PID, p.Args[0]) {
+			live = append(live, p)
+		}
+	}
+	stopAll(live, log)
+	return os.Remove(filepath.Join(dir, "state.json"))
+}
+
+// Status describes the cluster recorded in dir: one line per process.
+func Status(dir string) (string, bool, error) {
+	st, err := readState(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Sprintf("no dev cluster in %s\n", dir), false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	var b strings.Builder
+	up := true
+	fmt.Fprintf(&b, "dev cluster in %s (started %s, base port %d, %d rigs, manager: %s)\n",
+		dir, st.Started.Local().Format(time.Kitchen), st.BasePort, st.Rigs, st.Manager)
+	for _, p := range st.Procs {
+		s := "running"
+		if len(p.Args) == 0 || !alive(p.PID, p.Args[0]) {
+			s, up = "STOPPED", false
+		}
+		fmt.Fprintf(&b, "  %-28s pid %-8d %-8s %s\n", p.Name, p.PID, s, p.Log)
+	}
+	fmt.Fprintf(&b, "export KUBECONFIG=%s\n", st.Kubeconfig)
+	return b.String(), up, nil
+}
+
+// httpsClient trusts the dev CA, or (insecure) any certificate: the
+// scheduler serves a self-signed one.
+func (c *Cluster) httpsClient(insecure ...bool) (*http.Client, error) {
+	ca, err := os.ReadFile(c.pki.File("ca.crt"))
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	cert, err := tls.LoadX509KeyPair(c.pki.File("admin.crt"), c.pki.File("admin.key"))
+	if err != nil {
+		return nil, err
+	}
+	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		RootCAs: pool, Certificates: []tls.Certificate{cert},
+		InsecureSkipVerify: len(insecure) > 0 && insecure[0],
+	}}}, nil
+}
+
+func httpOK(ctx context.Context, hc *http.Client, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return nil
+}

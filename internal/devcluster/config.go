@@ -1,0 +1,166 @@
+// Package devcluster runs clawfarm's local cluster on loopback: etcd,
+// kube-apiserver, kube-controller-manager, kube-scheduler, rignode (the node
+// agent that runs pods as host processes), the operator installed from the
+// Helm chart, modelsim (the scripted model) and rigsim (the simulated rigs),
+// each rig registered as a DeviceRig. `cmd/devcluster` and the end-to-end
+// suite drive it; docs/dev-cluster.md describes it.
+package devcluster
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+const (
+	// ServiceIP is the kubernetes Service's cluster IP (first of ServiceCIDR).
+	ServiceIP = "10.0.0.1"
+	// ServiceCIDR is the service cluster IP range.
+	ServiceCIDR = "10.0.0.0/24"
+	// HostManagerUser is the client-certificate user a host-process manager runs as.
+	HostManagerUser = "clawfarm-manager"
+	// SystemNode is the untainted node: the manager and follow-up Jobs run there.
+	SystemNode = "dev-system"
+	// RigNode is the rig host: tainted farm.clawfarm.dev/rig, every DeviceRig names it.
+	RigNode = "dev-rig-host"
+	// OperatorNamespace is where the chart installs the manager.
+	OperatorNamespace = "clawfarm-system"
+	// RunNamespace is where sample and test runs live.
+	RunNamespace = "default"
+	// ModelSecret holds the model key every dev run references.
+	ModelSecret = "model-key"
+	// LoopImage and ManagerImage are the images the chart names; rignode maps them to bin/.
+	LoopImage    = "clawfarm/loop:dev"
+	ManagerImage = "clawfarm/manager:dev"
+)
+
+// Manager says how the operator runs.
+type Manager string
+
+const (
+	// ManagerChart installs the operator from `helm template charts/clawfarm`:
+	// the manager is a pod on the system node, run by rignode.
+	ManagerChart Manager = "chart"
+	// ManagerHost applies the CRDs and RBAC and runs the manager as a host
+	// process (a client-certificate user bound to the manager's ClusterRole).
+	ManagerHost Manager = "host"
+)
+
+// Config is a dev cluster's shape.
+type Config struct {
+	// Root is the clawfarm checkout (where go.mod, bin/, charts/ are).
+	Root string
+	// Dir holds everything the cluster writes: pki/, etcd/, logs/, kubeconfig, state.json.
+	Dir string
+	// Rigs is how many simulated rigs (DeviceRigs rig-0 … rig-N-1).
+	Rigs int
+	// BasePort: every component listens on 127.0.0.1 at BasePort+offset (see Ports).
+	BasePort int
+	// Manager is how the operator runs (default ManagerChart).
+	Manager Manager
+	// Scenarios is the folder of extra modelsim scenarios (default config/demo/scenarios).
+	Scenarios string
+	// RigProbeInterval is the operator's rig health probe period (default 2s).
+	RigProbeInterval time.Duration
+	// RigsimArgs are extra rigsim flags (e.g. --reply-after).
+	RigsimArgs []string
+	// Build runs `go build -o bin/ ./cmd/...` for the project's binaries first.
+	Build bool
+	// K8sDir is where the control-plane binaries are (default: hack/build-k8s.sh's answer).
+	K8sDir string
+	// Log receives progress lines (default os.Stderr).
+	Log func(format string, args ...any)
+}
+
+// Ports are the loopback ports, BasePort plus a fixed offset each.
+type Ports struct {
+	Etcd, EtcdPeer, APIServer, ControllerManager, Scheduler int
+	SystemKubelet, RigKubelet                               int
+	ManagerMetrics, ManagerProbes                           int
+	Modelsim, Rigsim                                        int
+}
+
+// Ports returns the port of each component.
+func (c Config) Ports() Ports {
+	b := c.BasePort
+	return Ports{
+		Etcd: b, EtcdPeer: b + 1, APIServer: b + 2, ControllerManager: b + 3, Scheduler: b + 4,
+		SystemKubelet: b + 5, RigKubelet: b + 6, ManagerMetrics: b + 7, ManagerProbes: b + 8,
+		Modelsim: b + 9, Rigsim: b + 10,
+	}
+}
+
+// PortCount is how many consecutive ports a cluster uses.
+const PortCount = 11
+
+// DefaultBasePort is the first port of the default cluster.
+const DefaultBasePort = 17400
+
+func (c *Config) defaults() error {
+	if c.Root == "" {
+		root, err := FindRoot()
+		if err != nil {
+			return err
+		}
+		c.Root = root
+	}
+	if c.Dir == "" {
+		c.Dir = filepath.Join(c.Root, ".dev")
+	}
+	var err error
+	if c.Dir, err = filepath.Abs(c.Dir); err != nil {
+		return err
+	}
+	if c.Rigs == 0 {
+		c.Rigs = 5
+	}
+	if c.Rigs < 1 || c.Rigs > 200 {
+		return fmt.Errorf("rigs=%d: want 1 to 200", c.Rigs)
+	}
+	if c.BasePort == 0 {
+		c.BasePort = DefaultBasePort
+	}
+	if c.BasePort < 1024 || c.BasePort+PortCount > 65535 {
+		return fmt.Errorf("base port %d: want 1024 to %d", c.BasePort, 65535-PortCount)
+	}
+	if c.Manager == "" {
+		c.Manager = ManagerChart
+	}
+	if c.Manager != ManagerChart && c.Manager != ManagerHost {
+		return fmt.Errorf("manager %q: want %q or %q", c.Manager, ManagerChart, ManagerHost)
+	}
+	if c.Scenarios == "" {
+		c.Scenarios = filepath.Join(c.Root, "config", "demo", "scenarios")
+	}
+	if c.RigProbeInterval == 0 {
+		c.RigProbeInterval = 2 * time.Second
+	}
+	if c.Log == nil {
+		c.Log = func(format string, args ...any) { fmt.Fprintf(os.Stderr, "[devcluster] "+format+"\n", args...) }
+	}
+	return nil
+}
+
+// FindRoot walks up from the working directory to the clawfarm module root.
+func FindRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && strings.Contains(string(b), "module github.com/clawfarm/clawfarm\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("not inside a clawfarm checkout (no go.mod of github.com/clawfarm/clawfarm above the working directory); pass --root")
+		}
+		dir = parent
+	}
+}
+
+// RigName is the DeviceRig (and rigsim rig) name of rig i.
+func RigName(i int) string { return fmt.Sprintf("rig-%d", i) }

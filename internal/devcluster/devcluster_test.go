@@ -1,0 +1,270 @@
+package devcluster
+
+import (
+	"crypto/x509"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+)
+
+func TestPKIChainsAndIdentities(t *testing.T) {
+	dir := t.TempDir()
+	p, err := EnsurePKI(dir, []string{"n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := readCert(p.File("ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	srv, err := readCert(p.File("apiserver.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, host := range []string{"127.0.0.1", "localhost", "kubernetes.default.svc", ServiceIP} {
+		if _, err := srv.Verify(x509.VerifyOptions{Roots: pool, DNSName: host}); err != nil {
+			t.Errorf("apiserver certificate for %s: %v", host, err)
+		}
+	}
+	for name, want := range map[string]string{
+		"admin": "system:masters", "kube-controller-manager": "", "node-n1": "system:nodes",
+	} {
+		c, err := readCert(p.File(name + ".crt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+			t.Errorf("%s is not a client certificate of the CA: %v", name, err)
+		}
+		if want != "" && !contains(c.Subject.Organization, want) {
+			t.Errorf("%s: organizations %v, want %s", name, c.Subject.Organization, want)
+		}
+	}
+	if c, _ := readCert(p.File("kube-controller-manager.crt")); c.Subject.CommonName != "system:kube-controller-manager" {
+		t.Errorf("controller-manager user %q", c.Subject.CommonName)
+	}
+	if !exists(p.File("sa.key")) || !exists(p.File("sa.pub")) {
+		t.Fatal("no service-account key pair")
+	}
+	// A second call keeps every file (a kubeconfig handed out stays valid).
+	before, _ := os.ReadFile(p.File("admin.crt"))
+	if _, err := EnsurePKI(dir, []string{"n1"}); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := os.ReadFile(p.File("admin.crt"))
+	if string(before) != string(after) {
+		t.Fatal("EnsurePKI reissued an existing certificate")
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func TestConfigDefaultsAndErrors(t *testing.T) {
+	c := Config{Root: t.TempDir()}
+	if err := c.defaults(); err != nil {
+		t.Fatal(err)
+	}
+	if c.Rigs != 5 || c.BasePort != DefaultBasePort || c.Manager != ManagerChart || c.Dir != filepath.Join(c.Root, ".dev") {
+		t.Fatalf("defaults: %+v", c)
+	}
+	p := c.Ports()
+	seen := map[int]bool{}
+	for _, port := range []int{p.Etcd, p.EtcdPeer, p.APIServer, p.ControllerManager, p.Scheduler, p.SystemKubelet, p.RigKubelet,
+		p.ManagerMetrics, p.ManagerProbes, p.Modelsim, p.Rigsim} {
+		if seen[port] || port < c.BasePort || port >= c.BasePort+PortCount {
+			t.Fatalf("port %d repeated or outside [base, base+PortCount)", port)
+		}
+		seen[port] = true
+	}
+	for _, bad := range []Config{
+		{Root: "/x", Rigs: -1}, {Root: "/x", BasePort: 80}, {Root: "/x", Manager: "docker"},
+	} {
+		if err := bad.defaults(); err == nil {
+			t.Errorf("%+v: no error", bad)
+		}
+	}
+}
+
+func TestCheckPortsNamesTheTakenPort(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	c := &Cluster{Config: Config{BasePort: port - 2}} // the apiserver's offset
+	err = c.checkPorts()
+	if err == nil || !strings.Contains(err.Error(), "kube-apiserver") || !strings.Contains(err.Error(), "--base-port") {
+		t.Fatalf("err = %v, want one naming kube-apiserver and --base-port", err)
+	}
+}
+
+func TestSplitYAMLAndLoadDemoRuns(t *testing.T) {
+	docs := splitYAML("# Source: a\n---\nkind: A\n---\n# only a comment\n---\nkind: B\n")
+	if len(docs) != 2 || !strings.Contains(docs[0], "kind: A") || !strings.Contains(docs[1], "kind: B") {
+		t.Fatalf("splitYAML: %q", docs)
+	}
+	root, err := FindRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs, err := LoadRuns(filepath.Join(root, "config", "demo", "runs.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	scenarios := map[string]bool{}
+	for _, r := range runs {
+		scenarios[r.Spec.Model.Name] = true
+		if r.Spec.RigRef == nil || r.Spec.Model.APIKeySecretRef == nil || r.Spec.Model.APIKeySecretRef.Name != ModelSecret {
+			t.Errorf("run %s: needs a rigRef and the %s key", r.Name, ModelSecret)
+		}
+	}
+	for _, s := range []string{"sim/timer", "sim/soldout", "sim/ask-ana", "sim/idle", "sim/shop"} {
+		if !scenarios[s] {
+			t.Errorf("no demo run plays %s", s)
+		}
+	}
+	for _, s := range []string{"ask-ana", "always-stuck"} {
+		if !exists(filepath.Join(root, "config", "demo", "scenarios", s+".yaml")) {
+			t.Errorf("scenario %s missing", s)
+		}
+	}
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(bad, []byte("kind: AgentRun\nspec:\n  nope: 1\n"), 0o644)
+	if _, err := LoadRuns(bad); err == nil || !strings.Contains(err.Error(), "document 1") {
+		t.Fatalf("unknown field: err = %v", err)
+	}
+}
+
+func TestRunTableDone(t *testing.T) {
+	now := time.Now()
+	run := func(name string, phase farmv1.RunPhase, fire time.Duration) farmv1.AgentRun {
+		r := farmv1.AgentRun{}
+		r.Name, r.Status.Phase, r.Status.Sentinel = name, phase, "DONE"
+		if fire != 0 {
+			ft := metav1.NewTime(now.Add(fire))
+			r.Status.FollowUp = &farmv1.FollowUpStatus{FireTime: &ft, Run: name + "-f1", CronJob: name + "-fu"}
+		}
+		return r
+	}
+	if _, done, _ := RunTable([]farmv1.AgentRun{run("a", farmv1.RunSucceeded, 0), run("b", farmv1.RunRunning, 0)}, now); done {
+		t.Fatal("done with a run Running")
+	}
+	if _, done, _ := RunTable([]farmv1.AgentRun{run("a", farmv1.RunSucceeded, 0), run("w", farmv1.RunWaiting, time.Minute)}, now); done {
+		t.Fatal("done while a follow-up a minute away is pending")
+	}
+	table, done, note := RunTable([]farmv1.AgentRun{run("a", farmv1.RunFailed, 0), run("w", farmv1.RunWaiting, 15*time.Minute)}, now)
+	if !done || !strings.Contains(note, "w-f1") || !strings.Contains(table, "NAME") || !strings.Contains(table, "Waiting") {
+		t.Fatalf("a far follow-up: done=%t note=%q table:\n%s", done, note, table)
+	}
+	if _, done, _ := RunTable(nil, now); done {
+		t.Fatal("done with no runs")
+	}
+}
+
+func TestProviderFromEnv(t *testing.T) {
+	t.Setenv("MODEL_BASE_URL", "")
+	t.Setenv("MODEL_NAME", "")
+	t.Setenv("MODEL_API_KEY", "")
+	if p, err := ProviderFromEnv(); err != nil || p.Real {
+		t.Fatalf("no env: %+v %v", p, err)
+	}
+	t.Setenv("MODEL_BASE_URL", "https://api.example/v1")
+	if _, err := ProviderFromEnv(); err == nil || !strings.Contains(err.Error(), "MODEL_NAME") {
+		t.Fatalf("half set: err = %v", err)
+	}
+	t.Setenv("MODEL_NAME", "gpt-x")
+	t.Setenv("MODEL_API_KEY", "k")
+	p, err := ProviderFromEnv()
+	if err != nil || !p.Real || p.Kind != "openai-compatible" || p.Model != "gpt-x" {
+		t.Fatalf("real: %+v %v", p, err)
+	}
+}
+
+// A stopped process takes its whole process group (its children) with it,
+// and a process that ignores SIGTERM is killed after the grace period.
+func TestProcStopKillsTheGroup(t *testing.T) {
+	dir := t.TempDir()
+	p, err := start(dir, "sh", "/bin/sh", []string{"-c", "trap '' TERM; sleep 300 & echo $! > " + filepath.Join(dir, "child") + "; wait"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var child int
+	for i := 0; i < 100 && child == 0; i++ {
+		b, _ := os.ReadFile(filepath.Join(dir, "child"))
+		child, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		time.Sleep(20 * time.Millisecond)
+	}
+	if child == 0 {
+		t.Fatal("the child did not start")
+	}
+	begin := time.Now()
+	p.Stop(300 * time.Millisecond)
+	if gone, _ := p.Exited(); !gone {
+		t.Fatal("still running after Stop")
+	}
+	if time.Since(begin) > 5*time.Second {
+		t.Fatalf("Stop took %s", time.Since(begin))
+	}
+	for i := 0; i < 100; i++ {
+		if zombieOrGone(child) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !zombieOrGone(child) {
+		t.Fatalf("the child %d survived its group's stop", child)
+	}
+	if !strings.Contains(p.Tail(5), "==== ") {
+		t.Fatalf("log has no header: %q", p.Tail(5))
+	}
+}
+
+func zombieOrGone(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return true
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i > 0 && i+2 < len(s) && s[i+2] == 'Z'
+}
+
+func TestAliveChecksTheProgram(t *testing.T) {
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	exe, _ := exec.LookPath("sleep")
+	if !alive(cmd.Process.Pid, "sleep") && !alive(cmd.Process.Pid, exe) {
+		t.Fatal("a running sleep is not alive")
+	}
+	if alive(cmd.Process.Pid, "/bin/something-else") {
+		t.Fatal("a pid running another program counts as ours")
+	}
+}
+
+func TestClipLines(t *testing.T) {
+	if got := clipLines("abcdef\nabc\nnamé long\n", 4); got != "abcd\nabc\nnamé\n" {
+		t.Fatalf("clipLines = %q", got)
+	}
+}

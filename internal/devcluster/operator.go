@@ -1,0 +1,202 @@
+package devcluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// ManagerLabel selects the chart's manager pod.
+const ManagerLabel = "app.kubernetes.io/component=manager"
+
+// installOperator renders the chart with `helm template` and applies it: the
+// CRDs, the RBAC of the manager, the loop pods and the follow-up Jobs, the
+// metrics Service and (chart mode) the manager Deployment, whose pod rignode
+// runs on the system node. In host mode the Deployment is left out and the
+// manager runs as a host process with a client certificate bound to the
+// chart's manager ClusterRole.
+func (c *Cluster) installOperator(ctx context.Context) error {
+	rendered, err := c.renderChart(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := c.Kubectl(ctx, nil, "create", "namespace", OperatorNamespace); err != nil {
+		return err
+	}
+	docs := splitYAML(rendered)
+	var keep []string
+	for _, d := range docs {
+		if c.Manager == ManagerHost && strings.Contains(d, "\nkind: Deployment\n") {
+			continue
+		}
+		keep = append(keep, d)
+	}
+	if c.Manager == ManagerHost {
+		keep = append(keep, fmt.Sprintf(`apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: clawfarm-manager-host-process
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: clawfarm-manager}
+subjects:
+- {apiGroup: rbac.authorization.k8s.io, kind: User, name: %s}
+`, HostManagerUser))
+	}
+	manifest := strings.Join(keep, "\n---\n")
+	if err := os.WriteFile(filepath.Join(c.Dir, "operator.yaml"), []byte(manifest), 0o644); err != nil {
+		return err
+	}
+	if _, err := c.Kubectl(ctx, []byte(manifest), "apply", "--server-side", "--force-conflicts", "-f", "-"); err != nil {
+		return err
+	}
+	if err := waitFor(ctx, "the CRDs", 30*time.Second, nil, func() error {
+		for _, n := range []string{"agentruns.farm.clawfarm.dev", "devicerigs.farm.clawfarm.dev"} {
+			var crd apiextv1.CustomResourceDefinition
+			if err := c.Client.Get(ctx, client.ObjectKey{Name: n}, &crd); err != nil {
+				return err
+			}
+			established := false
+			for _, cond := range crd.Status.Conditions {
+				established = established || (cond.Type == apiextv1.Established && cond.Status == apiextv1.ConditionTrue)
+			}
+			if !established {
+				return fmt.Errorf("CRD %s not established", n)
+			}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := c.ensureModelSecret(ctx); err != nil {
+		return err
+	}
+	if c.Manager == ManagerHost {
+		return c.StartHostManager(ctx)
+	}
+	return c.waitManagerPod(ctx)
+}
+
+// renderChart runs `helm template` on charts/clawfarm with the dev cluster's
+// values: the images rignode maps to bin/, one replica, loopback ports, a
+// fast rig probe, runs in the default namespace.
+func (c *Cluster) renderChart(ctx context.Context) (string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(c.Root, "hack", "build-helm.sh"))
+	cmd.Dir, cmd.Stderr = c.Root, os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("hack/build-helm.sh: %w", err)
+	}
+	helm := strings.TrimSpace(string(out))
+	p := c.Ports()
+	repo := func(image string) string { r, _, _ := strings.Cut(image, ":"); return r }
+	tag := func(image string) string { _, t, _ := strings.Cut(image, ":"); return t }
+	args := []string{"template", "clawfarm", filepath.Join(c.Root, "charts", "clawfarm"),
+		"--namespace", OperatorNamespace, "--include-crds",
+		"--set", "image.manager.repository=" + repo(ManagerImage), "--set", "image.manager.tag=" + tag(ManagerImage),
+		"--set", "image.loop.repository=" + repo(LoopImage), "--set", "image.loop.tag=" + tag(LoopImage),
+		"--set", "manager.replicas=1",
+		"--set", fmt.Sprintf("metrics.port=%d", p.ManagerMetrics),
+		"--set", "manager.rigProbeInterval=" + c.RigProbeInterval.String(),
+		"--set", "runs.namespaces={" + RunNamespace + "}",
+		"--set", "runs.podStartupTimeout=2m",
+		"--set", "runs.nodeLostGrace=2m",
+	}
+	cmd = exec.CommandContext(ctx, helm, args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err = cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("helm template: %w: %s", err, stderr.String())
+	}
+	// The manager's health probes listen on a fixed :8081 in the chart; a
+	// host process must not take a port another cluster (or program) uses.
+	s := strings.ReplaceAll(string(out), "--health-probe-bind-address=:8081",
+		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", p.ManagerProbes))
+	s = strings.ReplaceAll(s, "containerPort: 8081", fmt.Sprintf("containerPort: %d", p.ManagerProbes))
+	s = strings.ReplaceAll(s, fmt.Sprintf("--metrics-bind-address=:%d", p.ManagerMetrics),
+		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", p.ManagerMetrics))
+	return s, nil
+}
+
+func splitYAML(s string) []string {
+	var out []string
+	for _, d := range strings.Split("\n"+s, "\n---") {
+		d = strings.TrimSpace(d)
+		if d == "" || strings.Trim(d, "-\n ") == "" {
+			continue
+		}
+		// drop a leading "# Source:" comment-only document
+		body := false
+		for _, l := range strings.Split(d, "\n") {
+			if l != "" && !strings.HasPrefix(l, "#") {
+				body = true
+				break
+			}
+		}
+		if body {
+			out = append(out, "\n"+d+"\n")
+		}
+	}
+	return out
+}
+
+// ensureModelSecret creates the Secret every dev run's model key points at:
+// MODEL_API_KEY when set (a real provider), else a dummy modelsim accepts.
+func (c *Cluster) ensureModelSecret(ctx context.Context) error {
+	key := os.Getenv("MODEL_API_KEY")
+	if key == "" {
+		key = "modelsim-needs-no-key"
+	}
+	s := &corev1.Secret{}
+	s.Namespace, s.Name = RunNamespace, ModelSecret
+	s.StringData = map[string]string{"api-key": key}
+	return c.Client.Create(ctx, s)
+}
+
+// ManagerArgs are the host-process manager's flags (the chart's, on loopback).
+func (c *Cluster) managerArgs() []string {
+	p := c.Ports()
+	return []string{
+		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", p.ManagerMetrics),
+		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", p.ManagerProbes),
+		"--loop-image=" + LoopImage, "--manager-image=" + ManagerImage,
+		"--loop-service-account=clawfarm-loop", "--followup-service-account=clawfarm-followup",
+		"--rig-probe-interval=" + c.RigProbeInterval.String(),
+		"--pod-startup-timeout=2m", "--node-lost-grace=2m",
+	}
+}
+
+// StartHostManager starts (or restarts) the manager as a host process and
+// waits for its health probe.
+func (c *Cluster) StartHostManager(ctx context.Context) error {
+	proc, err := c.run("manager", c.bin("manager"), c.managerArgs(), []string{"KUBECONFIG=" + c.kubeconfigOf("manager")})
+	if err != nil {
+		return err
+	}
+	return waitFor(ctx, "the manager", time.Minute, []*Proc{proc}, func() error {
+		return httpOK(ctx, httpClient, fmt.Sprintf("http://127.0.0.1:%d/readyz", c.Ports().ManagerProbes))
+	})
+}
+
+func (c *Cluster) waitManagerPod(ctx context.Context) error {
+	return waitFor(ctx, "the manager pod Running", 2*time.Minute, c.procsNamed("rignode-"+SystemNode), func() error {
+		var pods corev1.PodList
+		sel, _ := labelSelector(ManagerLabel)
+		if err := c.Client.List(ctx, &pods, client.InNamespace(OperatorNamespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+			return err
+		}
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+				return httpOK(ctx, httpClient, fmt.Sprintf("http://127.0.0.1:%d/readyz", c.Ports().ManagerProbes))
+			}
+		}
+		return fmt.Errorf("%d manager pods, none Running", len(pods.Items))
+	})
+}
