@@ -12,7 +12,7 @@ GOTEST_FLAGS  ?=
 
 .PHONY: help
 help: ## Show the targets.
-	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z_-]+:.*##/ {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z0-9_-]+:.*##/ {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 ##@ Development
 
@@ -83,7 +83,7 @@ bench-engine: ## Engine benchmark: a 300-turn scripted session.
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 30m ./internal/engine/...
 
 .PHONY: ci
-ci: verify-fmt vet verify-generated chart-check test test-race ## What .ci/run runs.
+ci: verify-fmt vet verify-generated chart-check test test-race e2e ## What .ci/run runs.
 
 ##@ Dev cluster
 

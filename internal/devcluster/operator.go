@@ -103,6 +103,9 @@ func (c *Cluster) renderChart(ctx context.Context) (string, error) {
 		"--set", "image.loop.repository=" + repo(LoopImage), "--set", "image.loop.tag=" + tag(LoopImage),
 		"--set", "manager.replicas=1",
 		"--set", fmt.Sprintf("metrics.port=%d", p.ManagerMetrics),
+		"--set", fmt.Sprintf("manager.probePort=%d", p.ManagerProbes),
+		// rignode pods share the host's network: listen on loopback only.
+		"--set", "manager.listenHost=127.0.0.1",
 		"--set", "manager.rigProbeInterval=" + c.RigProbeInterval.String(),
 		"--set", "runs.namespaces={" + RunNamespace + "}",
 		"--set", "runs.podStartupTimeout=2m",
@@ -115,14 +118,7 @@ func (c *Cluster) renderChart(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("helm template: %w: %s", err, stderr.String())
 	}
-	// The manager's health probes listen on a fixed :8081 in the chart; a
-	// host process must not take a port another cluster (or program) uses.
-	s := strings.ReplaceAll(string(out), "--health-probe-bind-address=:8081",
-		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", p.ManagerProbes))
-	s = strings.ReplaceAll(s, "containerPort: 8081", fmt.Sprintf("containerPort: %d", p.ManagerProbes))
-	s = strings.ReplaceAll(s, fmt.Sprintf("--metrics-bind-address=:%d", p.ManagerMetrics),
-		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", p.ManagerMetrics))
-	return s, nil
+	return string(out), nil
 }
 
 func splitYAML(s string) []string {
