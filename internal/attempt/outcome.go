@@ -3,6 +3,7 @@ package attempt
 import (
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -146,6 +147,10 @@ func fromContainer(pod *corev1.Pod) Outcome {
 	}
 	if o.Explanation == "" {
 		o.Explanation = explain(code, t.Reason, byCode)
+		if m := o.Message; m != nil && m.Recap != "" {
+			// The agent's own words say more than the exit code.
+			o.Explanation = fmt.Sprintf("%s (%s, exit %d): %s", m.Sentinel, m.ExitReason, code, clip(m.Recap, 300))
+		}
 	}
 	return o
 }
@@ -253,4 +258,16 @@ func Record(pod *corev1.Pod, attemptN, retry int32, o Outcome, now time.Time) fa
 		r.Usage = &farmv1.TokenUsage{PromptTokens: m.Usage.PromptTokens, CompletionTokens: m.Usage.CompletionTokens, CachedTokens: m.Usage.CachedTokens}
 	}
 	return r
+}
+
+// clip shortens s to at most n bytes on a rune boundary, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }

@@ -51,7 +51,7 @@ func TestClassify(t *testing.T) {
 		{"FAIL", ended(corev1.PodFailed, 1, msg("FAIL", true)), farmv1.OutcomeFail, true, "FAIL", ""},
 		{"WAIT", ended(corev1.PodFailed, 10, msg("WAIT", true)), farmv1.OutcomeWait, true, "WAIT", ""},
 		{"IDLE", ended(corev1.PodFailed, 11, msg("IDLE", true)), farmv1.OutcomeIdle, true, "IDLE", ""},
-		{"STUCK", ended(corev1.PodFailed, 12, msg("STUCK", true)), farmv1.OutcomeStuck, true, "STUCK", ""},
+		{"STUCK", ended(corev1.PodFailed, 12, msg("STUCK", true)), farmv1.OutcomeStuck, true, "STUCK", "STUCK (end_turn, exit 12): r"},
 		{"STUCK not retryable", ended(corev1.PodFailed, 13, msg("STUCK", false)), farmv1.OutcomeNotRetryable, true, "STUCK", "no retry"},
 		{"budget spent", ended(corev1.PodFailed, 13, `{"sentinel":"STUCK","recap":"r","exitReason":"budget_exhausted","retryable":false}`), farmv1.OutcomeBudget, true, "STUCK", ""},
 		{"provider refused the key", ended(corev1.PodFailed, 13, `{"sentinel":"STUCK","recap":"the provider refused the API key (401)","exitReason":"fatal_error","retryable":false}`),
