@@ -74,13 +74,15 @@ type RunLimits struct {
 	// +kubebuilder:default=5
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=50
-	MaxInfraRetries int32 `json:"maxInfraRetries,omitempty"`
+	// +optional
+	MaxInfraRetries *int32 `json:"maxInfraRetries,omitempty"`
 
 	// QueueTimeoutSeconds fails a run that has waited this long for a rig. 0 waits forever.
 	// +kubebuilder:default=86400
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=2592000
-	QueueTimeoutSeconds int32 `json:"queueTimeoutSeconds,omitempty"`
+	// +optional
+	QueueTimeoutSeconds *int32 `json:"queueTimeoutSeconds,omitempty"`
 
 	// AttemptTimeoutSeconds is the session budget of one attempt (the loop's
 	// --session-seconds); the pod's activeDeadlineSeconds adds a grace minute.
@@ -96,13 +98,41 @@ type RunLimits struct {
 	RunTimeoutSeconds int32 `json:"runTimeoutSeconds,omitempty"`
 }
 
+// The defaults of the limits whose zero means something (no free retries, no
+// queue timeout, no follow-ups); they are pointers so that an explicit 0 sent
+// by any client survives defaulting, and these apply where the field is unset.
+const (
+	DefaultMaxInfraRetries     int32 = 5
+	DefaultQueueTimeoutSeconds int32 = 86400
+	DefaultMaxChain            int32 = 10
+)
+
+// InfraRetryLimit is MaxInfraRetries, or its default when unset.
+func (l RunLimits) InfraRetryLimit() int32 { return orDefault(l.MaxInfraRetries, DefaultMaxInfraRetries) }
+
+// QueueTimeout is QueueTimeoutSeconds, or its default when unset (0: no timeout).
+func (l RunLimits) QueueTimeout() int32 {
+	return orDefault(l.QueueTimeoutSeconds, DefaultQueueTimeoutSeconds)
+}
+
+// ChainLimit is MaxChain, or its default when unset (0: no follow-ups).
+func (f FollowUpPolicy) ChainLimit() int32 { return orDefault(f.MaxChain, DefaultMaxChain) }
+
+func orDefault(p *int32, d int32) int32 {
+	if p == nil {
+		return d
+	}
+	return *p
+}
+
 // FollowUpPolicy governs WAIT follow-ups.
 type FollowUpPolicy struct {
 	// MaxChain is how many follow-up runs one chain may have; 0 disables follow-ups.
 	// +kubebuilder:default=10
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=100
-	MaxChain int32 `json:"maxChain,omitempty"`
+	// +optional
+	MaxChain *int32 `json:"maxChain,omitempty"`
 
 	// DefaultDelayMinutes is the delay when the agent did not ask for one.
 	// +kubebuilder:default=15

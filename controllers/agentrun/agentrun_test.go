@@ -105,7 +105,7 @@ func TestInfraRetryResumesAndIsCapped(t *testing.T) {
 	makeRig(t, ns, "rig", nil)
 	scripts.set(ns, "evict", byPod(nil, fakekubelet.Ending{After: 50 * time.Millisecond, ExitCode: 143, Disruption: true}))
 	run := newRun(ns, "evict", "rig")
-	run.Spec.Limits.MaxInfraRetries = 2
+	run.Spec.Limits.MaxInfraRetries = ptr.To[int32](2)
 	create(t, run)
 	got := waitPhase(t, ns, "evict", farmv1.RunFailed)
 	if r := condition(got, farmv1.ConditionSucceeded).Reason; r != farmv1.ReasonInfraExhausted {
@@ -355,7 +355,7 @@ func TestMissedCronJobFallbackAndChainLimit(t *testing.T) {
 	scripts.set(ns, "chain", byPod(nil, wait))
 	scripts.set(ns, "chain-f1", byPod(nil, wait))
 	run := newRun(ns, "chain", "rig")
-	run.Spec.FollowUp.MaxChain = 1
+	run.Spec.FollowUp.MaxChain = ptr.To[int32](1)
 	create(t, run)
 	waitPhase(t, ns, "chain", farmv1.RunWaiting)
 	// Hold the follow-up in the queue while the clock is moved, so its pods
@@ -499,7 +499,7 @@ func TestSelectorPicksAReadyFreeRig(t *testing.T) {
 func TestQueueTimeoutAndTTL(t *testing.T) {
 	ns := namespace(t)
 	run := newRun(ns, "lonely", "missing-rig")
-	run.Spec.Limits.QueueTimeoutSeconds = 1
+	run.Spec.Limits.QueueTimeoutSeconds = ptr.To[int32](1)
 	run.Spec.TTLSecondsAfterFinished = ptr.To[int32](1)
 	create(t, run)
 	q := waitPhase(t, ns, "lonely", farmv1.RunQueued)

@@ -494,7 +494,7 @@ func (s *step) acquire(ctx context.Context) (bool, error) {
 		t := metav1.NewTime(s.now)
 		st.QueuedAt = &t
 	}
-	if t := s.run.Spec.Limits.QueueTimeoutSeconds; t > 0 {
+	if t := s.run.Spec.Limits.QueueTimeout(); t > 0 {
 		deadline := st.QueuedAt.Add(time.Duration(t) * time.Second)
 		if !s.now.Before(deadline) {
 			s.finishWith(farmv1.RunFailed, farmv1.ReasonQueueTimeout,

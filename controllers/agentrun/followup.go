@@ -26,8 +26,8 @@ func (s *step) planFollowUp(o attempt.Outcome) {
 	next, allowed := followup.NextOf(s.run)
 	if !allowed {
 		reason, msg := farmv1.ReasonChainLimitReached,
-			fmt.Sprintf("the chain already has %d follow-ups (followUp.maxChain %d)", next.Chain-1, s.run.Spec.FollowUp.MaxChain)
-		if s.run.Spec.FollowUp.MaxChain == 0 {
+			fmt.Sprintf("the chain already has %d follow-ups (followUp.maxChain %d)", next.Chain-1, s.run.Spec.FollowUp.ChainLimit())
+		if s.run.Spec.FollowUp.ChainLimit() == 0 {
 			reason, msg = farmv1.ReasonFollowUpsDisabled, "followUp.maxChain is 0"
 		}
 		conditions.False(&st.Conditions, gen, farmv1.ConditionFollowUpScheduled, reason, msg)

@@ -9,8 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	batchv1 "k8s.io/api/batch/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -226,19 +225,9 @@ func TestWaitForAJobMakesOneFollowUp(t *testing.T) {
 
 	// With follow-ups disabled, nothing would carry it: the job gets its own CronJob.
 	scripts.set(ns, "ask-alone", byPod(nil, fakekubelet.Ending{After: 50 * time.Millisecond, ExitCode: 10, Message: string(b)}))
-	// maxChain 0 sent as a manifest would send it (a Go zero value is omitted and defaulted).
-	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(newRun(ns, "ask-alone", "rig"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := unstructured.SetNestedField(u, int64(0), "spec", "followUp", "maxChain"); err != nil {
-		t.Fatal(err)
-	}
-	alone := &unstructured.Unstructured{Object: u}
-	alone.SetGroupVersionKind(farmv1.GroupVersion.WithKind("AgentRun"))
-	if err := k8s.Create(ctx, alone); err != nil {
-		t.Fatal(err)
-	}
+	alone := newRun(ns, "ask-alone", "rig")
+	alone.Spec.FollowUp.MaxChain = ptr.To[int32](0) // an explicit 0 survives defaulting
+	create(t, alone)
 	waitRun(t, ns, "ask-alone", func(r *farmv1.AgentRun) bool { return r.Status.Phase.Finished() })
 	if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: followup.AgentJobCronJobName("rig", "check-reply")}, &batchv1.CronJob{}); err != nil {
 		t.Fatalf("with follow-ups disabled the job must get its own CronJob: %v", err)

@@ -46,7 +46,7 @@ func TestDefaultsComeFromTheSchema(t *testing.T) {
 	got := getRun(t, ns, "defaults")
 	l := got.Spec.Limits
 	if got.Spec.Model.Provider != "openai" || got.Spec.Model.ContextWindow != 128000 || l.MaxTurns != 300 || l.MaxAttempts != 3 ||
-		l.AttemptTimeoutSeconds != 3600 || l.MaxInfraRetries != 5 || got.Spec.FollowUp.DefaultDelayMinutes != 15 || got.Spec.FollowUp.MaxChain != 10 {
+		l.AttemptTimeoutSeconds != 3600 || l.InfraRetryLimit() != 5 || l.MaxInfraRetries == nil || got.Spec.FollowUp.DefaultDelayMinutes != 15 || got.Spec.FollowUp.MaxChain == nil || *got.Spec.FollowUp.MaxChain != 10 {
 		t.Fatalf("defaults not applied: %+v %+v", got.Spec.Model, got.Spec)
 	}
 }

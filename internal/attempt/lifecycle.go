@@ -73,9 +73,9 @@ func Apply(run *farmv1.AgentRun, rec farmv1.AttemptRecord, o Outcome) Verdict {
 		return Verdict{farmv1.RunCancelled, farmv1.ReasonCancelled, "the run was cancelled"}
 	case farmv1.OutcomeInfrastructure:
 		st.InfraRetries++
-		if st.InfraRetries > lim.MaxInfraRetries {
+		if st.InfraRetries > lim.InfraRetryLimit() {
 			return Verdict{farmv1.RunFailed, farmv1.ReasonInfraExhausted,
-				fmt.Sprintf("infrastructure ended %d attempt pods (maxInfraRetries %d); last: %s", st.InfraRetries, lim.MaxInfraRetries, o.Explanation)}
+				fmt.Sprintf("infrastructure ended %d attempt pods (maxInfraRetries %d); last: %s", st.InfraRetries, lim.InfraRetryLimit(), o.Explanation)}
 		}
 		return Verdict{farmv1.RunRetrying, farmv1.ReasonRetrying, "free retry after an infrastructure failure: " + o.Explanation}
 	}

@@ -8,6 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"k8s.io/utils/ptr"
+
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 )
 
@@ -110,7 +112,7 @@ func TestClassifyRunningAndStuckPending(t *testing.T) {
 }
 
 func TestApplyAndNext(t *testing.T) {
-	run := &farmv1.AgentRun{Spec: farmv1.AgentRunSpec{Limits: farmv1.RunLimits{MaxAttempts: 2, MaxInfraRetries: 1}}}
+	run := &farmv1.AgentRun{Spec: farmv1.AgentRunSpec{Limits: farmv1.RunLimits{MaxAttempts: 2, MaxInfraRetries: ptr.To[int32](1)}}}
 	if n := Next(&run.Status); n != (NextPod{Attempt: 1}) {
 		t.Fatalf("first pod %+v", n)
 	}

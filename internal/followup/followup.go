@@ -49,7 +49,7 @@ type Next struct {
 func NextOf(run *farmv1.AgentRun) (Next, bool) {
 	root, chain := ChainOf(run)
 	n := Next{Name: ChildName(root, chain+1), Chain: chain + 1, Root: root}
-	return n, chain+1 <= run.Spec.FollowUp.MaxChain
+	return n, chain+1 <= run.Spec.FollowUp.ChainLimit()
 }
 
 // WaitTrigger is the opening message of a WAIT follow-up: it carries the
@@ -57,7 +57,7 @@ func NextOf(run *farmv1.AgentRun) (Next, bool) {
 func WaitTrigger(parent *farmv1.AgentRun, n Next, context string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Follow-up %d of %d (chain %s). The previous session on this rig ended with WAIT.\n",
-		n.Chain, parent.Spec.FollowUp.MaxChain, n.Root)
+		n.Chain, parent.Spec.FollowUp.ChainLimit(), n.Root)
 	if parent.Status.Recap != "" {
 		fmt.Fprintf(&b, "Its recap: %s\n", parent.Status.Recap)
 	}

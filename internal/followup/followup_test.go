@@ -1,11 +1,14 @@
 package followup
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"k8s.io/utils/ptr"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/internal/contract"
@@ -28,7 +31,7 @@ func TestFireTimeAndSchedule(t *testing.T) {
 
 func TestChainNamesAndTrigger(t *testing.T) {
 	root := &farmv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Name: "ask", Namespace: "ns"},
-		Spec: farmv1.AgentRunSpec{Trigger: "Ask Ana for the code.", Cancel: true, FollowUp: farmv1.FollowUpPolicy{MaxChain: 2}}}
+		Spec: farmv1.AgentRunSpec{Trigger: "Ask Ana for the code.", Cancel: true, FollowUp: farmv1.FollowUpPolicy{MaxChain: ptr.To[int32](2)}}}
 	root.Status.Recap = "sent the question"
 	n, ok := NextOf(root)
 	if !ok || n.Name != "ask-f1" || n.Chain != 1 || n.Root != "ask" {
@@ -83,6 +86,28 @@ func TestDecodeRequestErrors(t *testing.T) {
 	for in, want := range map[string]string{"": "is empty", "{": "not a follow-up request", `{"run":{}}`: "names no run"} {
 		if _, err := DecodeRequest(in); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("DecodeRequest(%q) = %v, want %q", in, err, want)
+		}
+	}
+}
+
+// A follow-up inherits its parent's limits exactly: an explicit 0 (no free
+// retries, no queue timeout) must reach the API server as 0, not be dropped
+// and defaulted back to 5 and a day.
+func TestChildKeepsExplicitZeroLimits(t *testing.T) {
+	root := &farmv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Name: "ask", Namespace: "ns"},
+		Spec: farmv1.AgentRunSpec{Trigger: "t", Limits: farmv1.RunLimits{MaxInfraRetries: ptr.To[int32](0), QueueTimeoutSeconds: ptr.To[int32](0)},
+			FollowUp: farmv1.FollowUpPolicy{MaxChain: ptr.To[int32](3)}}}
+	n, ok := NextOf(root)
+	if !ok {
+		t.Fatal("a chain of 3 allows a follow-up")
+	}
+	b, err := json.Marshal(ChildRun(root, n, "t2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"maxInfraRetries":0`, `"queueTimeoutSeconds":0`, `"maxChain":3`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("the follow-up as sent lacks %s: %s", want, b)
 		}
 	}
 }

@@ -12,6 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"k8s.io/utils/ptr"
+
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/devcluster"
@@ -110,7 +112,7 @@ func TestStuckExhausted(t *testing.T) {
 func TestWaitFollowUp(t *testing.T) {
 	t.Parallel()
 	run := newRun("e2e-wait", rigWait, "ask-ana", "Ask Ana in Messages what time dinner is tomorrow.")
-	run.Spec.FollowUp = farmv1.FollowUpPolicy{MaxChain: 2, DefaultDelayMinutes: 1}
+	run.Spec.FollowUp = farmv1.FollowUpPolicy{MaxChain: ptr.To[int32](2), DefaultDelayMinutes: 1}
 	create(t, run)
 	run = waitRun(t, "e2e-wait", runTimeout, "Waiting", func(r *farmv1.AgentRun) bool {
 		return r.Status.Phase == farmv1.RunWaiting || r.Status.Phase.Finished()
