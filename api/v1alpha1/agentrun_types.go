@@ -108,7 +108,9 @@ const (
 )
 
 // InfraRetryLimit is MaxInfraRetries, or its default when unset.
-func (l RunLimits) InfraRetryLimit() int32 { return orDefault(l.MaxInfraRetries, DefaultMaxInfraRetries) }
+func (l RunLimits) InfraRetryLimit() int32 {
+	return orDefault(l.MaxInfraRetries, DefaultMaxInfraRetries)
+}
 
 // QueueTimeout is QueueTimeoutSeconds, or its default when unset (0: no timeout).
 func (l RunLimits) QueueTimeout() int32 {
