@@ -136,8 +136,9 @@ func TestMetricsCountRunsAndPhases(t *testing.T) {
 	scripts.set(ns, "counted", byPod(nil, ends(contract.Done, true, "ok", 50*time.Millisecond)))
 	create(t, newRun(ns, "counted", "rig"))
 	waitPhase(t, ns, "counted", farmv1.RunSucceeded)
-	if got := finished(); got != before+1 {
-		t.Fatalf("clawfarm_agentruns_finished_total{Succeeded,DONE} went %v → %v, want +1", before, got)
+	// The counter is process-wide and other tests finish runs in parallel: at least this one.
+	if got := finished(); got < before+1 {
+		t.Fatalf("clawfarm_agentruns_finished_total{Succeeded,DONE} went %v → %v, want at least +1", before, got)
 	}
 
 	reg := prometheus.NewPedanticRegistry()
