@@ -261,8 +261,8 @@ func dash(s string) string {
 
 func (c *Cluster) printNext(out io.Writer) {
 	fmt.Fprintf(out, `
-Where to look next:
-  export KUBECONFIG=%s
+Where to look next (kubectl is the one built for the cluster):
+  export KUBECONFIG=%s PATH=%s:$PATH
   kubectl get ar -w                                  # runs, live
   kubectl describe ar order-coffee                   # conditions, attempts (STUCK then DONE), events
   kubectl logs order-coffee-a2                       # the loop's event stream (JSON lines)
@@ -272,5 +272,5 @@ Where to look next:
   curl -s %s/api/sim/state                # rig-0's ground truth (the timer runs)
 Logs of every component: %s/logs/
 Stop the cluster: make dev-down
-`, c.Kubeconfig, c.RigURL(0), c.Dir)
+`, c.Kubeconfig, c.k8s, c.RigURL(0), c.Dir)
 }
