@@ -85,8 +85,9 @@ func (r *Reconciler) readQueue(ctx context.Context, namespace, forRig string) (*
 	if err != nil {
 		return nil, err
 	}
+	oneRig := len(waiting) == 0 && forRig != "" // no selector run could take another rig first
 	for _, rig := range free {
-		if len(waiting) == 0 && forRig != "" && rig.Name != forRig {
+		if oneRig && rig.Name != forRig {
 			continue
 		}
 		more, err := r.listWaiting(ctx, namespace, "rig/"+rig.Name)

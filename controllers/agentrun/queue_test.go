@@ -1,0 +1,109 @@
+package agentrun
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+)
+
+// The queue hands free rigs to waiting runs oldest first, each taking the
+// first free rig (by name) it may use: FIFO per rig, and N free rigs to the N
+// oldest runs at once.
+func TestReadQueueHandsFreeRigsOldestFirst(t *testing.T) {
+	base := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	rig := func(name string, phase farmv1.RigPhase, unschedulable bool) *farmv1.DeviceRig {
+		return &farmv1.DeviceRig{ObjectMeta: metav1.ObjectMeta{Namespace: "farm", Name: name, Labels: map[string]string{"pool": "ios"}},
+			Spec: farmv1.DeviceRigSpec{Unschedulable: unschedulable}, Status: farmv1.DeviceRigStatus{Phase: phase}}
+	}
+	run := func(name string, age int, ref string, phase farmv1.RunPhase) *farmv1.AgentRun {
+		r := &farmv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: "farm", Name: name, UID: types.UID("uid-" + name),
+			CreationTimestamp: metav1.NewTime(base.Add(time.Duration(age) * time.Second))}, Status: farmv1.AgentRunStatus{Phase: phase}}
+		if ref != "" {
+			r.Spec.RigRef = &farmv1.RigReference{Name: ref}
+		} else {
+			r.Spec.RigSelector = &farmv1.RigSelector{MatchLabels: map[string]string{"pool": "ios"}}
+		}
+		return r
+	}
+	holder := "uid-r0"
+	leaseOfC := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "farm", Name: "c",
+		Labels: map[string]string{farmv1.LabelRig: "c", farmv1.LabelRun: "r0", farmv1.LabelRunUID: holder}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder}}
+	cancelled := run("r9", 0, "", farmv1.RunQueued)
+	cancelled.Spec.Cancel = true
+
+	objs := []client.Object{
+		rig("a", farmv1.RigReady, false), rig("b", farmv1.RigInUse, false), rig("c", farmv1.RigReady, false),
+		rig("d", farmv1.RigNotReady, false), rig("e", farmv1.RigReady, true),
+		leaseOfC,
+		run("r0", 0, "", farmv1.RunQueued), // holds c already: the cache still says Queued
+		cancelled,                          // cancelled runs take nothing
+		run("r1", 1, "", farmv1.RunQueued), // selector: first free rig, a
+		run("r2", 2, "b", farmv1.RunPending),
+		run("r3", 3, "", farmv1.RunQueued), // nothing left: c is leased, d not ready, e in maintenance
+		run("r4", 4, "a", farmv1.RunQueued), // a went to the older r1
+		run("r5", 5, "b", farmv1.RunSucceeded),
+	}
+	r := newQueueReconciler(t, objs...)
+	q, err := r.readQueue(context.Background(), "farm", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"r1": "a", "r2": "b"}
+	if len(q.given) != len(want) || q.given["r1"] != "a" || q.given["r2"] != "b" {
+		t.Fatalf("given %v, want %v", q.given, want)
+	}
+	var order []string
+	for _, w := range q.waiting {
+		order = append(order, w.Name)
+	}
+	if got := join(order); got != "r1 r2 r3 r4" {
+		t.Fatalf("waiting %q, want oldest first without the holder, the cancelled and the finished", got)
+	}
+
+	// Only rigRef runs: one rig's queue is read alone, and its oldest run gets it.
+	r = newQueueReconciler(t, rig("a", farmv1.RigReady, false), rig("b", farmv1.RigReady, false),
+		run("x2", 2, "a", farmv1.RunQueued), run("x1", 1, "a", farmv1.RunQueued), run("y1", 0, "b", farmv1.RunQueued))
+	q, err = r.readQueue(context.Background(), "farm", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(q.given) != 1 || q.given["x1"] != "a" {
+		t.Fatalf("rig a's queue gave %v, want x1 (the oldest) only", q.given)
+	}
+}
+
+func newQueueReconciler(t *testing.T, objs ...client.Object) *Reconciler {
+	t.Helper()
+	s := runtime.NewScheme()
+	if err := farmv1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := coordinationv1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).
+		WithIndex(&farmv1.AgentRun{}, queueIndex, func(o client.Object) []string { return queueKey(o.(*farmv1.AgentRun)) }).
+		Build()
+	return &Reconciler{Client: c}
+}
+
+func join(s []string) string {
+	out := ""
+	for i, v := range s {
+		if i > 0 {
+			out += " "
+		}
+		out += v
+	}
+	return out
+}
