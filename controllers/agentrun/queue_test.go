@@ -49,7 +49,7 @@ func TestReadQueueHandsFreeRigsOldestFirst(t *testing.T) {
 		cancelled,                          // cancelled runs take nothing
 		run("r1", 1, "", farmv1.RunQueued), // selector: first free rig, a
 		run("r2", 2, "b", farmv1.RunPending),
-		run("r3", 3, "", farmv1.RunQueued), // nothing left: c is leased, d not ready, e in maintenance
+		run("r3", 3, "", farmv1.RunQueued),  // nothing left: c is leased, d not ready, e in maintenance
 		run("r4", 4, "a", farmv1.RunQueued), // a went to the older r1
 		run("r5", 5, "b", farmv1.RunSucceeded),
 	}
