@@ -6,7 +6,9 @@ import (
 	"sort"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
@@ -53,6 +55,13 @@ type queue struct {
 // (it is skipped by its Lease), and a Lease just taken may not show yet (the
 // Create fails and the Lease's event wakes the queue again).
 func (r *Reconciler) readQueue(ctx context.Context, namespace, forRig string) (*queue, error) {
+	selectors, err := r.listWaiting(ctx, namespace, "selector")
+	if err != nil {
+		return nil, err
+	}
+	if len(selectors) == 0 && forRig != "" {
+		return r.readRigQueue(ctx, namespace, forRig) // no selector run could take another rig first
+	}
 	var rigs farmv1.DeviceRigList
 	if err := r.List(ctx, &rigs, client.InNamespace(namespace), client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list rigs: %w", err)
@@ -78,18 +87,8 @@ func (r *Reconciler) readQueue(ctx context.Context, namespace, forRig string) (*
 	sort.Slice(free, func(i, j int) bool { return free[i].Name < free[j].Name })
 
 	q := &queue{given: map[string]string{}}
-	if len(free) == 0 {
-		return q, nil
-	}
-	waiting, err := r.listWaiting(ctx, namespace, "selector")
-	if err != nil {
-		return nil, err
-	}
-	oneRig := len(waiting) == 0 && forRig != "" // no selector run could take another rig first
+	waiting := selectors
 	for _, rig := range free {
-		if oneRig && rig.Name != forRig {
-			continue
-		}
 		more, err := r.listWaiting(ctx, namespace, "rig/"+rig.Name)
 		if err != nil {
 			return nil, err
@@ -113,6 +112,33 @@ func (r *Reconciler) readQueue(ctx context.Context, namespace, forRig string) (*
 				break
 			}
 		}
+	}
+	return q, nil
+}
+
+// readRigQueue is readQueue for one rig when only rigRef runs wait: the rig,
+// its Lease and its own runs are all that decide who takes it.
+func (r *Reconciler) readRigQueue(ctx context.Context, namespace, name string) (*queue, error) {
+	q := &queue{given: map[string]string{}}
+	var rig farmv1.DeviceRig
+	if err := r.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &rig); err != nil {
+		if apierrors.IsNotFound(err) {
+			return q, nil
+		}
+		return nil, fmt.Errorf("get rig %s: %w", name, err)
+	}
+	held, err := lease.Get(ctx, r.Client, namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	waiting, err := r.listWaiting(ctx, namespace, "rig/"+name)
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(waiting, func(i, j int) bool { return queuedBefore(waiting[i], waiting[j]) })
+	q.waiting = waiting
+	if held == nil && usable(&rig) && len(waiting) > 0 {
+		q.given[waiting[0].Name] = name
 	}
 	return q, nil
 }

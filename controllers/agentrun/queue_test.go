@@ -80,6 +80,15 @@ func TestReadQueueHandsFreeRigsOldestFirst(t *testing.T) {
 	if len(q.given) != 1 || q.given["x1"] != "a" {
 		t.Fatalf("rig a's queue gave %v, want x1 (the oldest) only", q.given)
 	}
+	// A leased rig goes to nobody, even if its holder still looks queued in the cache.
+	holderX1 := "uid-x1"
+	r = newQueueReconciler(t, rig("a", farmv1.RigInUse, false), run("x2", 2, "a", farmv1.RunQueued), run("x1", 1, "a", farmv1.RunQueued),
+		&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "farm", Name: "a",
+			Labels: map[string]string{farmv1.LabelRig: "a", farmv1.LabelRun: "x1", farmv1.LabelRunUID: holderX1}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: &holderX1}})
+	if q, err = r.readQueue(context.Background(), "farm", "a"); err != nil || len(q.given) != 0 {
+		t.Fatalf("a leased rig was given: %v, %v", q.given, err)
+	}
 }
 
 func newQueueReconciler(t *testing.T, objs ...client.Object) *Reconciler {
