@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -213,15 +214,21 @@ func (c *Cluster) checkPorts() error {
 		"kube-controller-manager": p.ControllerManager, "kube-scheduler": p.Scheduler,
 		"rignode " + SystemNode: p.SystemKubelet, "rignode " + RigNode: p.RigKubelet,
 		"manager metrics": p.ManagerMetrics, "manager probes": p.ManagerProbes, "modelsim": p.Modelsim, "rigsim": p.Rigsim}
+	var taken []string
 	for what, port := range named {
 		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 		if err != nil {
-			return fmt.Errorf("port %d (%s) is taken: is another dev cluster up? Stop it, or pick other ports with --base-port (the cluster uses %d ports from it)",
-				port, what, PortCount)
+			taken = append(taken, fmt.Sprintf("%d (%s)", port, what))
+			continue
 		}
 		ln.Close()
 	}
-	return nil
+	if len(taken) == 0 {
+		return nil
+	}
+	sort.Strings(taken)
+	return fmt.Errorf("ports taken: %s; is another dev cluster up? Stop it, or pick other ports with --base-port (the cluster uses %d ports from it)",
+		strings.Join(taken, ", "), PortCount)
 }
 
 func (c *Cluster) run(name, bin string, args, env []string) (*Proc, error) {
