@@ -2,6 +2,7 @@ package agentrun
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -66,7 +67,7 @@ func TestReadQueueHandsFreeRigsOldestFirst(t *testing.T) {
 	for _, w := range q.waiting {
 		order = append(order, w.Name)
 	}
-	if got := join(order); got != "r1 r2 r3 r4" {
+	if got := strings.Join(order, " "); got != "r1 r2 r3 r4" {
 		t.Fatalf("waiting %q, want oldest first without the holder, the cancelled and the finished", got)
 	}
 
@@ -104,15 +105,4 @@ func newQueueReconciler(t *testing.T, objs ...client.Object) *Reconciler {
 		WithIndex(&farmv1.AgentRun{}, queueIndex, func(o client.Object) []string { return queueKey(o.(*farmv1.AgentRun)) }).
 		Build()
 	return &Reconciler{Client: c}
-}
-
-func join(s []string) string {
-	out := ""
-	for i, v := range s {
-		if i > 0 {
-			out += " "
-		}
-		out += v
-	}
-	return out
 }
