@@ -582,13 +582,12 @@ func (s *step) candidates(ctx context.Context) ([]*farmv1.DeviceRig, string, str
 		}
 		matching++
 		switch {
+		case usable(rig): // the queue's own rule
+			out = append(out, rig)
 		case rig.Spec.Unschedulable:
 			notReady = fmt.Sprintf("rig %s is in maintenance", rig.Name)
-		case rig.Status.Phase != farmv1.RigReady && rig.Status.Phase != farmv1.RigInUse:
-			// InUse is not a refusal: the Lease decides, and the rig's status may lag it.
-			notReady = fmt.Sprintf("rig %s is %s", rig.Name, orUnknown(string(rig.Status.Phase)))
 		default:
-			out = append(out, rig)
+			notReady = fmt.Sprintf("rig %s is %s", rig.Name, orUnknown(string(rig.Status.Phase)))
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
