@@ -197,18 +197,26 @@ func TestRigUnavailable(t *testing.T) {
 	defer func() { rigReconnectWindow = 0 }()
 	model := pt.OpenAI(uniq(closing("DONE")))
 	defer model.Close()
-	env := map[string]string{}
-	for _, e := range loopEnv(t, model.URL, rigtest.Unused()) {
+	code, b, m, stderr, err := runInProcess(loopEnv(t, model.URL, rigtest.Unused()))
+	if code != 12 || err != nil || m.ExitReason != contract.ReasonRigUnavailable {
+		t.Fatalf("exit %d message %s (%v) stderr %s", code, b, err, stderr)
+	}
+}
+
+// runInProcess runs the loop in this process with env (KEY=value entries)
+// and returns its exit code, its termination log, that log decoded, stderr,
+// and the decoding error.
+func runInProcess(env []string) (code int, log []byte, msg *contract.TerminationMessage, stderr string, err error) {
+	vars := map[string]string{}
+	for _, e := range env {
 		k, v, _ := strings.Cut(e, "=")
-		env[k] = v
+		vars[k] = v
 	}
 	var out, errb bytes.Buffer
-	code := run(context.Background(), nil, func(k string) string { return env[k] }, &out, &errb)
-	b, _ := os.ReadFile(env["CLAWFARM_TERMINATION_LOG"])
-	m, err := contract.DecodeTerminationMessage(b)
-	if code != 12 || err != nil || m.ExitReason != contract.ReasonRigUnavailable {
-		t.Fatalf("exit %d message %s (%v) stderr %s", code, b, err, errb.String())
-	}
+	code = run(context.Background(), nil, func(k string) string { return vars[k] }, &out, &errb)
+	log, _ = os.ReadFile(vars["CLAWFARM_TERMINATION_LOG"])
+	msg, err = contract.DecodeTerminationMessage(log)
+	return code, log, msg, errb.String(), err
 }
 
 func TestBadConfiguration(t *testing.T) {
@@ -287,15 +295,7 @@ func TestCircuitBreakerInProcess(t *testing.T) {
 	defer model.Close()
 	r1 := rigtest.New()
 	defer r1.Close()
-	env := map[string]string{}
-	for _, e := range loopEnv(t, model.URL, r1.Endpoint()) {
-		k, v, _ := strings.Cut(e, "=")
-		env[k] = v
-	}
-	var out, errb bytes.Buffer
-	code := run(context.Background(), nil, func(k string) string { return env[k] }, &out, &errb)
-	b, _ := os.ReadFile(env["CLAWFARM_TERMINATION_LOG"])
-	m, err := contract.DecodeTerminationMessage(b)
+	code, b, m, _, err := runInProcess(loopEnv(t, model.URL, r1.Endpoint()))
 	if code != 12 || err != nil || m.ExitReason != contract.ReasonCircuitBreaker || model.Requests() != 10 {
 		t.Fatalf("exit %d message %s (%v), %d requests", code, b, err, model.Requests())
 	}
