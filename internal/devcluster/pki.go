@@ -194,18 +194,23 @@ func writePEM(path, typ string, der []byte, mode os.FileMode) error {
 }
 
 func readCert(path string) (*x509.Certificate, error) {
-	b, err := os.ReadFile(path)
+	der, err := readPEM(path)
 	if err != nil {
 		return nil, err
 	}
-	blk, _ := pem.Decode(b)
-	if blk == nil {
-		return nil, fmt.Errorf("%s: not PEM", path)
-	}
-	return x509.ParseCertificate(blk.Bytes)
+	return x509.ParseCertificate(der)
 }
 
 func readECKey(path string) (*ecdsa.PrivateKey, error) {
+	der, err := readPEM(path)
+	if err != nil {
+		return nil, err
+	}
+	return x509.ParseECPrivateKey(der)
+}
+
+// readPEM returns the bytes of the first PEM block in a file.
+func readPEM(path string) ([]byte, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -214,7 +219,7 @@ func readECKey(path string) (*ecdsa.PrivateKey, error) {
 	if blk == nil {
 		return nil, fmt.Errorf("%s: not PEM", path)
 	}
-	return x509.ParseECPrivateKey(blk.Bytes)
+	return blk.Bytes, nil
 }
 
 func exists(path string) bool {
