@@ -475,8 +475,10 @@ func TestSelectorPicksAReadyFreeRig(t *testing.T) {
 	if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "a"}, rig); err != nil {
 		t.Fatal(err)
 	}
+	// A patch, as `kubectl patch` sends: the rig controller writes status meanwhile.
+	patch := client.MergeFrom(rig.DeepCopy())
 	rig.Spec.Unschedulable = true
-	if err := k8s.Update(context.Background(), rig); err != nil {
+	if err := k8s.Patch(context.Background(), rig, patch); err != nil {
 		t.Fatal(err)
 	}
 	waitRig(t, ns, "a", func(r *farmv1.DeviceRig) bool { return r.Status.Phase == farmv1.RigMaintenance })

@@ -7,6 +7,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/internal/fakekubelet"
@@ -67,8 +68,9 @@ func TestDeviceRigStatusFollowsTheWorld(t *testing.T) {
 	if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "rig"}, &cur); err != nil {
 		t.Fatal(err)
 	}
+	patch := client.MergeFrom(cur.DeepCopy()) // the rig controller writes status meanwhile
 	cur.Spec.Endpoint.HealthURL = "http://127.0.0.1:1/api/status"
-	if err := k8s.Update(context.Background(), &cur); err != nil {
+	if err := k8s.Patch(context.Background(), &cur, patch); err != nil {
 		t.Fatal(err)
 	}
 	r = waitRig(t, ns, "rig", func(r *farmv1.DeviceRig) bool {
