@@ -255,8 +255,15 @@ func TestAliveChecksTheProgram(t *testing.T) {
 	}
 	defer cmd.Process.Kill()
 	exe, _ := exec.LookPath("sleep")
-	if !alive(cmd.Process.Pid, "sleep") && !alive(cmd.Process.Pid, exe) {
-		t.Fatal("a running sleep is not alive")
+	// Start returns once the child has called execve, but the kernel fills in
+	// the new program's argument area a moment later: until then
+	// /proc/<pid>/cmdline reads empty. Give it that moment.
+	deadline := time.Now().Add(5 * time.Second)
+	for !alive(cmd.Process.Pid, "sleep") && !alive(cmd.Process.Pid, exe) {
+		if time.Now().After(deadline) {
+			t.Fatal("a running sleep is not alive")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	if alive(cmd.Process.Pid, "/bin/something-else") {
 		t.Fatal("a pid running another program counts as ours")
