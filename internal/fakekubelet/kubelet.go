@@ -63,18 +63,46 @@ type Kubelet struct {
 	ended      map[string]bool
 	liveByRig  map[string]string // rig → live pod key
 	observed   map[string]time.Time
+	inFlight   map[string]bool // pods a worker is driving
 	violations []string
 	count      int
 }
 
-// Run drives pods until ctx ends.
+// Run drives pods until ctx ends. Each poll hands the pods that need a write
+// (a new pod to start, a due or deleted one to end) to a pool of workers and
+// goes on polling: a slow write holds up its own pod, not the others, as each
+// pod has its own worker in a real kubelet.
 func (k *Kubelet) Run(ctx context.Context) {
 	if k.Poll == 0 {
 		k.Poll = 50 * time.Millisecond
 	}
+	if k.Workers == 0 {
+		k.Workers = 8
+	}
 	k.mu.Lock()
 	k.started, k.ended, k.liveByRig, k.observed = map[string]time.Time{}, map[string]bool{}, map[string]string{}, map[string]time.Time{}
+	k.inFlight = map[string]bool{}
 	k.mu.Unlock()
+	work := make(chan *corev1.Pod, 1024)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for w := 0; w < k.Workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case pod := <-work:
+					k.drive(ctx, pod)
+					k.mu.Lock()
+					delete(k.inFlight, pod.Namespace+"/"+pod.Name)
+					k.mu.Unlock()
+				}
+			}
+		}()
+	}
 	t := time.NewTicker(k.Poll)
 	defer t.Stop()
 	for {
@@ -82,7 +110,7 @@ func (k *Kubelet) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			k.tick(ctx)
+			k.tick(ctx, work)
 		}
 	}
 }
@@ -101,7 +129,7 @@ func (k *Kubelet) Started() int {
 	return k.count
 }
 
-func (k *Kubelet) tick(ctx context.Context) {
+func (k *Kubelet) tick(ctx context.Context, work chan<- *corev1.Pod) {
 	var pods corev1.PodList
 	reader := k.Reader
 	if reader == nil {
@@ -128,43 +156,52 @@ func (k *Kubelet) tick(ctx context.Context) {
 		}
 	}
 	k.mu.Unlock()
-	if k.Workers == 0 {
-		k.Workers = 8
-	}
-	work := make(chan *corev1.Pod)
-	var wg sync.WaitGroup
-	for w := 0; w < k.Workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for pod := range work {
-				k.drive(ctx, pod)
-			}
-		}()
-	}
+	now := time.Now()
 	for i := range pods.Items {
 		pod := &pods.Items[i]
 		key := pod.Namespace + "/" + pod.Name
 		k.mu.Lock()
-		done := k.ended[key]
-		k.mu.Unlock()
-		if done && pod.DeletionTimestamp == nil {
-			continue // nothing left to do for an ended pod until it is deleted
-		}
-		pod = pod.DeepCopy() // the list may share the cache's objects; drive writes to its copy
-		k.mu.Lock()
+		done, busy := k.ended[key], k.inFlight[key]
 		_, seenBefore := k.observed[key]
 		if !seenBefore {
-			k.observed[key] = time.Now()
+			k.observed[key] = now
 		}
 		k.mu.Unlock()
 		if !seenBefore && k.Observe != nil {
 			k.Observe(pod)
 		}
-		work <- pod
+		if busy || (done && pod.DeletionTimestamp == nil) || !k.needsWork(pod, now) {
+			continue // in hand, or nothing to do for it yet
+		}
+		pod = pod.DeepCopy() // the list may share the cache's objects; drive writes to its copy
+		select {
+		case work <- pod:
+			k.mu.Lock()
+			k.inFlight[key] = true
+			k.mu.Unlock()
+		default: // every worker is busy and the queue is full: the next poll offers it again
+		}
 	}
-	close(work)
-	wg.Wait()
+}
+
+// needsWork reports whether drive has something to do for pod now: start it,
+// end it (due, or deleted), or note that it ended.
+func (k *Kubelet) needsWork(pod *corev1.Pod, now time.Time) bool {
+	if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return true
+	}
+	key := pod.Namespace + "/" + pod.Name
+	k.mu.Lock()
+	startedAt, running := k.started[key]
+	if seen, ok := k.observed[key]; ok && k.CountFromSeen {
+		startedAt = seen
+	}
+	k.mu.Unlock()
+	if !running {
+		return true
+	}
+	e := k.Script(pod)
+	return !e.Hang && now.Sub(startedAt) >= e.After
 }
 
 func (k *Kubelet) drive(ctx context.Context, pod *corev1.Pod) {
