@@ -8,6 +8,7 @@ import (
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -274,6 +275,63 @@ func TestTwoRunsForOneRigRunOneAfterTheOther(t *testing.T) {
 	if v := kubelet.Violations(); len(v) != 0 {
 		t.Fatalf("exclusivity violated: %v", v)
 	}
+}
+
+// A rig given up while runs wait for it goes straight to the oldest of them:
+// the Lease changes holder in one write and is never absent, and once nobody
+// waits it is deleted.
+func TestReleasedRigGoesStraightToTheNextRun(t *testing.T) {
+	ns := namespace(t)
+	makeRig(t, ns, "rig", nil)
+	for _, name := range []string{"a", "b", "c", "d"} {
+		scripts.set(ns, name, byPod(nil, ends(contract.Done, true, name, 500*time.Millisecond)))
+	}
+	create(t, newRun(ns, "a", "rig"))
+	waitPhase(t, ns, "a", farmv1.RunRunning)
+	lease := getLease(t, ns, "rig")
+	create(t, newRun(ns, "b", "rig"))
+	time.Sleep(1100 * time.Millisecond) // creationTimestamp has one-second resolution: b is older than c
+	cancelled := newRun(ns, "c", "rig")
+	cancelled.Spec.Cancel = true // a cancelled run never takes the rig
+	create(t, cancelled)
+	create(t, newRun(ns, "d", "rig"))
+
+	for i, name := range []string{"b", "d"} {
+		run := waitPhase(t, ns, name, farmv1.RunRunning)
+		l := getLease(t, ns, "rig")
+		if l.UID != lease.UID {
+			t.Fatalf("run %s: the Lease was deleted and re-created (uid %s, was %s)", name, l.UID, lease.UID)
+		}
+		if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != string(run.UID) || l.Labels[farmv1.LabelRun] != name ||
+			l.Labels[farmv1.LabelRunUID] != string(run.UID) {
+			t.Fatalf("run %s runs, but the Lease names %v / %v", name, l.Spec.HolderIdentity, l.Labels)
+		}
+		if l.Spec.LeaseTransitions == nil || *l.Spec.LeaseTransitions != int32(i+1) {
+			t.Fatalf("run %s: leaseTransitions %v, want %d", name, l.Spec.LeaseTransitions, i+1)
+		}
+	}
+	if p := waitPhase(t, ns, "c", farmv1.RunCancelled); len(p.Status.Attempts) != 0 {
+		t.Fatalf("the cancelled run ran: %+v", p.Status.Attempts)
+	}
+	prev := waitPhase(t, ns, "b", farmv1.RunSucceeded)
+	if c := condition(prev, farmv1.ConditionRigLeased); c == nil || c.Reason != farmv1.ReasonReleased ||
+		!strings.Contains(c.Message, "released to run d") {
+		t.Fatalf("b's RigLeased condition does not say where the rig went: %+v", c)
+	}
+	waitPhase(t, ns, "d", farmv1.RunSucceeded)
+	eventually(t, "the Lease deleted once nobody waits", func() bool { return leaseHolder(t, ns, "rig") == "" })
+	if v := kubelet.Violations(); len(v) != 0 {
+		t.Fatalf("exclusivity violated: %v", v)
+	}
+}
+
+func getLease(t *testing.T, ns, rig string) *coordinationv1.Lease {
+	t.Helper()
+	var l coordinationv1.Lease
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: rig}, &l); err != nil {
+		t.Fatalf("lease of rig %s: %v", rig, err)
+	}
+	return &l
 }
 
 func TestWaitSchedulesAFollowUpCronJob(t *testing.T) {

@@ -408,11 +408,28 @@ func (s *step) releaseRig(ctx context.Context) error {
 			return nil
 		}
 	}
-	if err := lease.Release(ctx, s.r.Client, s.heldRig, lease.HolderOf(s.run)); err != nil {
+	// The rig goes straight to the run the queue gives it to next, if any: one
+	// write instead of a delete and a create, and no gap a third run could use.
+	msg := fmt.Sprintf("rig %s released", s.heldRig)
+	next, err := s.r.nextHolder(ctx, s.run.Namespace, s.heldRig)
+	if err != nil {
 		return err
 	}
-	conditions.False(&s.run.Status.Conditions, s.run.Generation, farmv1.ConditionRigLeased, farmv1.ReasonReleased,
-		fmt.Sprintf("rig %s released", s.heldRig))
+	handed := false
+	if next != nil && next.UID != s.run.UID {
+		if handed, err = lease.HandOver(ctx, s.r.Client, s.heldRig, lease.HolderOf(s.run), lease.HolderOf(next)); err != nil {
+			return err
+		}
+		if handed {
+			msg = fmt.Sprintf("rig %s released to run %s, next in its queue", s.heldRig, next.Name)
+		}
+	}
+	if !handed {
+		if err := lease.Release(ctx, s.r.Client, s.heldRig, lease.HolderOf(s.run)); err != nil {
+			return err
+		}
+	}
+	conditions.False(&s.run.Status.Conditions, s.run.Generation, farmv1.ConditionRigLeased, farmv1.ReasonReleased, msg)
 	if !s.run.Status.Phase.Finished() { // a finished run's final event covers the release
 		s.ev.rigReleased(s.run, s.heldRig)
 	}
@@ -428,7 +445,8 @@ func (s *step) advance(ctx context.Context) error {
 	if s.heldRig != "" && s.rig == nil {
 		return s.rigLost(ctx)
 	}
-	if s.heldRig == "" {
+	switch {
+	case s.heldRig == "":
 		if len(s.live) > 0 {
 			return nil // a pod from a lost rig is still stopping
 		}
@@ -436,6 +454,20 @@ func (s *step) advance(ctx context.Context) error {
 		if err != nil || !ok {
 			return err
 		}
+	case waitsForRig(s.run):
+		// Handed over by the run that held it before. A run whose spec changed
+		// since (it may, until it starts) gives back a rig it no longer names.
+		if !rigMatches(s.run, s.rig) && len(s.live) == 0 {
+			if err := s.releaseRig(ctx); err != nil {
+				return err
+			}
+			if s.heldRig == "" {
+				_, err := s.acquire(ctx)
+				return err
+			}
+			return nil
+		}
+		s.took(s.rig)
 	}
 	// Rebuilt from the world every time, so a status write lost to a conflict loses nothing.
 	st.Rig = s.heldRig
@@ -512,7 +544,7 @@ func (s *step) acquire(ctx context.Context) (bool, error) {
 		if ref := s.run.Spec.RigRef; ref != nil {
 			forRig = ref.Name
 		}
-		q, err := s.r.readQueue(ctx, s.run.Namespace, forRig)
+		q, err := s.r.readQueue(ctx, s.run.Namespace, forRig, "")
 		if err != nil {
 			return false, err
 		}
@@ -529,14 +561,7 @@ func (s *step) acquire(ctx context.Context) (bool, error) {
 				why = fmt.Sprintf("rig %s was just taken by another run", rig.Name)
 				break
 			}
-			s.heldRig, s.rig = rig.Name, rig
-			st.Rig = rig.Name
-			conditions.True(&st.Conditions, gen, farmv1.ConditionRigLeased, farmv1.ReasonLeased,
-				fmt.Sprintf("holding rig %s on node %s", rig.Name, rig.Spec.NodeName))
-			if st.StartTime == nil {
-				queueWait.Observe(s.now.Sub(s.run.CreationTimestamp.Time).Seconds())
-			}
-			s.justLeased = true // the attempt-started event names the rig
+			s.took(rig)
 			return true, nil
 		}
 	}
@@ -550,6 +575,24 @@ func (s *step) acquire(ctx context.Context) (bool, error) {
 	conditions.Unknown(&st.Conditions, gen, farmv1.ConditionSucceeded, farmv1.ReasonQueued, "waiting for a rig: "+why)
 	s.wake(s.now.Add(time.Minute)) // a safety net; Lease and rig events wake the queue first
 	return false, nil
+}
+
+// took records that the run now holds rig, taken from the queue or handed
+// over by the run before it.
+func (s *step) took(rig *farmv1.DeviceRig) {
+	st := &s.run.Status
+	if st.QueuedAt == nil {
+		t := metav1.NewTime(s.now)
+		st.QueuedAt = &t
+	}
+	s.heldRig, s.rig = rig.Name, rig
+	st.Rig = rig.Name
+	conditions.True(&st.Conditions, s.run.Generation, farmv1.ConditionRigLeased, farmv1.ReasonLeased,
+		fmt.Sprintf("holding rig %s on node %s", rig.Name, rig.Spec.NodeName))
+	if st.StartTime == nil {
+		queueWait.Observe(s.now.Sub(s.run.CreationTimestamp.Time).Seconds())
+	}
+	s.justLeased = true // the attempt-started event names the rig
 }
 
 // candidates lists the rigs the run may take now: Ready, schedulable, free,
@@ -785,7 +828,7 @@ func (r *Reconciler) queuedRunsForRigOf(ctx context.Context, o client.Object) []
 	default:
 		return nil
 	}
-	q, err := r.readQueue(ctx, rig.Namespace, rig.Name)
+	q, err := r.readQueue(ctx, rig.Namespace, rig.Name, "")
 	if err != nil {
 		return reqs
 	}

@@ -51,16 +51,19 @@ type queue struct {
 // and those with a selector. When no selector run waits and the caller cares
 // about one rig (forRig), only that rig's runs are read.
 //
+// freeing names a rig its holder is about to give up: it counts as free, so
+// the holder can hand it to the run it goes to next.
+//
 // The cache may lag: a run that already holds a Lease may still look queued
 // (it is skipped by its Lease), and a Lease just taken may not show yet (the
 // Create fails and the Lease's event wakes the queue again).
-func (r *Reconciler) readQueue(ctx context.Context, namespace, forRig string) (*queue, error) {
+func (r *Reconciler) readQueue(ctx context.Context, namespace, forRig, freeing string) (*queue, error) {
 	selectors, err := r.listWaiting(ctx, namespace, "selector")
 	if err != nil {
 		return nil, err
 	}
 	if len(selectors) == 0 && forRig != "" {
-		return r.readRigQueue(ctx, namespace, forRig) // no selector run could take another rig first
+		return r.readRigQueue(ctx, namespace, forRig, freeing) // no selector run could take another rig first
 	}
 	var rigs farmv1.DeviceRigList
 	if err := r.List(ctx, &rigs, client.InNamespace(namespace), client.UnsafeDisableDeepCopy); err != nil {
@@ -74,7 +77,7 @@ func (r *Reconciler) readQueue(ctx context.Context, namespace, forRig string) (*
 	holding := map[string]bool{} // run UIDs that hold a Lease
 	for i := range leases.Items {
 		_, uid := lease.HolderRun(&leases.Items[i])
-		leased[leases.Items[i].Name] = true
+		leased[leases.Items[i].Name] = leases.Items[i].Name != freeing
 		holding[string(uid)] = true
 	}
 	var free []*farmv1.DeviceRig
@@ -118,7 +121,7 @@ func (r *Reconciler) readQueue(ctx context.Context, namespace, forRig string) (*
 
 // readRigQueue is readQueue for one rig when only rigRef runs wait: the rig,
 // its Lease and its own runs are all that decide who takes it.
-func (r *Reconciler) readRigQueue(ctx context.Context, namespace, name string) (*queue, error) {
+func (r *Reconciler) readRigQueue(ctx context.Context, namespace, name, freeing string) (*queue, error) {
 	q := &queue{given: map[string]string{}}
 	var rig farmv1.DeviceRig
 	if err := r.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &rig); err != nil {
@@ -137,10 +140,25 @@ func (r *Reconciler) readRigQueue(ctx context.Context, namespace, name string) (
 	}
 	sort.Slice(waiting, func(i, j int) bool { return queuedBefore(waiting[i], waiting[j]) })
 	q.waiting = waiting
-	if held == nil && usable(&rig) && len(waiting) > 0 {
+	if (held == nil || name == freeing) && usable(&rig) && len(waiting) > 0 {
 		q.given[waiting[0].Name] = name
 	}
 	return q, nil
+}
+
+// nextHolder is the run a rig goes to when its holder gives it up now: the
+// one the queue hands it to, or nil when no waiting run may take it.
+func (r *Reconciler) nextHolder(ctx context.Context, namespace, rig string) (*farmv1.AgentRun, error) {
+	q, err := r.readQueue(ctx, namespace, rig, rig)
+	if err != nil {
+		return nil, err
+	}
+	for _, run := range q.waiting {
+		if q.given[run.Name] == rig {
+			return run, nil
+		}
+	}
+	return nil, nil
 }
 
 func (r *Reconciler) listWaiting(ctx context.Context, namespace, key string) ([]*farmv1.AgentRun, error) {

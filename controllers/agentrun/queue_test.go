@@ -55,7 +55,7 @@ func TestReadQueueHandsFreeRigsOldestFirst(t *testing.T) {
 		run("r5", 5, "b", farmv1.RunSucceeded),
 	}
 	r := newQueueReconciler(t, objs...)
-	q, err := r.readQueue(context.Background(), "farm", "")
+	q, err := r.readQueue(context.Background(), "farm", "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestReadQueueHandsFreeRigsOldestFirst(t *testing.T) {
 	// Only rigRef runs: one rig's queue is read alone, and its oldest run gets it.
 	r = newQueueReconciler(t, rig("a", farmv1.RigReady, false), rig("b", farmv1.RigReady, false),
 		run("x2", 2, "a", farmv1.RunQueued), run("x1", 1, "a", farmv1.RunQueued), run("y1", 0, "b", farmv1.RunQueued))
-	q, err = r.readQueue(context.Background(), "farm", "a")
+	q, err = r.readQueue(context.Background(), "farm", "a", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestReadQueueHandsFreeRigsOldestFirst(t *testing.T) {
 		&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "farm", Name: "a",
 			Labels: map[string]string{farmv1.LabelRig: "a", farmv1.LabelRun: "x1", farmv1.LabelRunUID: holderX1}},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: &holderX1}})
-	if q, err = r.readQueue(context.Background(), "farm", "a"); err != nil || len(q.given) != 0 {
+	if q, err = r.readQueue(context.Background(), "farm", "a", ""); err != nil || len(q.given) != 0 {
 		t.Fatalf("a leased rig was given: %v, %v", q.given, err)
 	}
 }

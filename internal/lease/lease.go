@@ -87,6 +87,38 @@ func Release(ctx context.Context, c client.Client, rig string, h Holder) error {
 	return deleteExact(ctx, c, cur)
 }
 
+// HandOver passes the rig's Lease from one run straight to the next, in one
+// write: the Lease is never absent, so no third run can slip in between, and
+// the next run needs no create of its own. It is guarded by the Lease's
+// resourceVersion; it reports false (and changes nothing) when the Lease is
+// gone or no longer held by from, or when it changed in the meantime.
+func HandOver(ctx context.Context, c client.Client, rig string, from, to Holder) (bool, error) {
+	cur, err := Get(ctx, c, from.Namespace, rig)
+	if err != nil || cur == nil || holderOf(cur) != string(from.UID) || cur.DeletionTimestamp != nil {
+		return false, err
+	}
+	l := cur.DeepCopy()
+	holder := string(to.UID)
+	now := metav1.NewMicroTime(time.Now())
+	transitions := int32(1)
+	if l.Spec.LeaseTransitions != nil {
+		transitions = *l.Spec.LeaseTransitions + 1
+	}
+	l.Spec.HolderIdentity, l.Spec.AcquireTime, l.Spec.LeaseTransitions = &holder, &now, &transitions
+	if l.Labels == nil {
+		l.Labels = map[string]string{}
+	}
+	l.Labels[farmv1.LabelRun] = to.Name
+	l.Labels[farmv1.LabelRunUID] = string(to.UID)
+	if err := c.Update(ctx, l); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("hand lease of rig %s to run %s: %w", rig, to.Name, err)
+	}
+	return true, nil
+}
+
 // ReleaseStale deletes a Lease whose holder is gone, guarded by its UID and
 // resourceVersion so a Lease re-taken in the meantime survives.
 func ReleaseStale(ctx context.Context, c client.Client, l *coordinationv1.Lease) error {
