@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"sync"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -58,6 +60,10 @@ type Reconciler struct {
 	Recorder  events.EventRecorder
 	Clock     clock.PassiveClock
 	Config    Config
+
+	// deferred holds the runs whose first "Queued" status waits behind more
+	// urgent work (see acquire).
+	deferred sync.Map // types.NamespacedName → struct{}
 }
 
 // +kubebuilder:rbac:groups=farm.clawfarm.dev,resources=agentruns,verbs=get;list;watch;create;update;patch;delete
@@ -78,6 +84,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	var run farmv1.AgentRun
 	if err := r.Get(ctx, req.NamespacedName, &run); err != nil {
 		if apierrors.IsNotFound(err) {
+			r.deferred.Delete(req.NamespacedName)
 			return ctrl.Result{}, r.cleanUpOrphans(ctx, req.NamespacedName)
 		}
 		return ctrl.Result{}, err
@@ -115,6 +122,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	if s.deferQueued {
+		// Back into the work queue behind the runs that can start now; the
+		// next pass writes Queued if the run still waits.
+		return ctrl.Result{RequeueAfter: time.Millisecond, Priority: ptr.To(handler.LowPriority)}, nil
+	}
+	r.deferred.Delete(req.NamespacedName)
 
 	// 5. Write what changed.
 	if err := s.writeStatus(ctx); err != nil {
@@ -136,8 +149,9 @@ type step struct {
 	heldRig string        // the rig whose Lease the run holds ("" for none)
 	rig     *farmv1.DeviceRig
 
-	wakeAt     time.Time
-	justLeased bool
+	wakeAt      time.Time
+	justLeased  bool
+	deferQueued bool
 }
 
 func (s *step) wake(t time.Time) {
@@ -563,6 +577,17 @@ func (s *step) acquire(ctx context.Context) (bool, error) {
 			}
 			s.took(rig)
 			return true, nil
+		}
+	}
+	if st.Phase == farmv1.RunPending && reason == farmv1.ReasonRigBusy {
+		// A new run that only waits its turn writes its first Queued status
+		// after the more urgent work: when many runs arrive at once, the
+		// ones that can start now are not kept waiting behind the status
+		// writes of the ones that cannot. Under no load this is a millisecond.
+		key := types.NamespacedName{Namespace: s.run.Namespace, Name: s.run.Name}
+		if _, again := s.r.deferred.LoadOrStore(key, struct{}{}); !again {
+			s.deferQueued = true
+			return false, nil
 		}
 	}
 	if st.Phase != farmv1.RunQueued && reason != farmv1.ReasonRigBusy {
