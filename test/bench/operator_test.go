@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -197,6 +198,7 @@ func (w *writeCounter) table(runs int) string {
 // kubelet that ends each pod with DONE 1 s after it starts. It prints the
 // figures of issue 2's benchmark; it is a measurement, run by `make bench-operator`.
 func TestBenchOperator(t *testing.T) {
+	ctrl.SetLogger(logr.Discard()) // the figures are the output; reconcile logs would drown them
 	scheme := kruntime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = farmv1.AddToScheme(scheme)
