@@ -7,6 +7,7 @@ import (
 	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/engine/compaction"
 	"github.com/clawfarm/clawfarm/internal/engine/events"
+	"github.com/clawfarm/clawfarm/internal/engine/tokens"
 	"github.com/clawfarm/clawfarm/internal/provider"
 )
 
@@ -22,6 +23,10 @@ func (s *Session) ask(ctx context.Context, req *provider.Request) (*provider.Rep
 		if err == nil {
 			s.cfg.Breaker.Success()
 			s.cfg.Estimator.Observe(req, reply.Usage.PromptTokens)
+			if c, ok := s.cfg.Estimator.(tokens.Calibrated); ok {
+				cal := c.Calibration()
+				s.state.Tokens = &cal
+			}
 			return reply, nil
 		}
 		pe := provider.AsError(err)

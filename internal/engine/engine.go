@@ -162,6 +162,9 @@ func New(cfg Config) *Session {
 	if cfg.State == nil {
 		cfg.State = &State{}
 	}
+	if c, ok := cfg.Estimator.(tokens.Calibrated); ok && cfg.State.Tokens != nil {
+		c.Restore(*cfg.State.Tokens) // a resumed session goes on from what it had learned
+	}
 	return &Session{cfg: cfg, state: cfg.State, validator: validate.New(), rigTools: map[string]bool{}}
 }
 

@@ -331,6 +331,10 @@ func TestResumeAfterKillAtRandomTurn(t *testing.T) {
 	if fullState.Scratchpad != resumed.cfg.State.Scratchpad || fullState.Watchdog != resumed.cfg.State.Watchdog {
 		t.Errorf("state differs: %+v vs %+v", fullState, *resumed.cfg.State)
 	}
+	// The token calibration went on from the snapshot instead of starting over.
+	if ft, rt := fullState.Tokens, resumed.cfg.State.Tokens; ft == nil || rt == nil || *ft != *rt || ft.Observations == 0 {
+		t.Errorf("token calibration: uninterrupted %+v, resumed %+v", ft, rt)
+	}
 	// The trace holds the screens and the snapshot is valid JSON written atomically (no temp files left).
 	screens, _ := filepath.Glob(dir.Path("traces", snapshot.Key("ns/run", 1), "screen-*.jpg"))
 	if len(screens) == 0 {

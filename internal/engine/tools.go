@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/clawfarm/clawfarm/internal/contract"
+	"github.com/clawfarm/clawfarm/internal/engine/tokens"
 	"github.com/clawfarm/clawfarm/internal/provider"
 )
 
@@ -33,6 +34,9 @@ type State struct {
 	Watchdog Watchdog `json:"watchdog"`
 	// Guard is the stuck guard's memory (engine/stuckguard).
 	Guard Guard `json:"guard"`
+	// Tokens is the token estimator's calibration (engine/tokens), so a
+	// resumed attempt does not re-learn it.
+	Tokens *tokens.Calibration `json:"tokens,omitempty"`
 }
 
 // Plan is what update_progress writes (RIG-CONTRACT.md).

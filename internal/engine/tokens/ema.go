@@ -30,6 +30,43 @@ type EMA struct {
 	sum   float64
 }
 
+// Calibration is what an EMA has learned, kept in the session snapshot so a
+// resumed attempt goes on from it instead of starting over at
+// StartCharsPerToken.
+type Calibration struct {
+	// CharsPerToken is the current ratio.
+	CharsPerToken float64 `json:"charsPerToken"`
+	// Observations is how many believable observations it has seen.
+	Observations int `json:"observations"`
+	// WarmupSum is the sum of the warm-up observations (the first
+	// WarmupObservations), which the warm-up mean needs.
+	WarmupSum float64 `json:"warmupSum,omitempty"`
+}
+
+// Calibrated is an estimator whose calibration can be saved and restored.
+type Calibrated interface {
+	Calibration() Calibration
+	Restore(Calibration)
+}
+
+// Calibration returns what the EMA has learned.
+func (e *EMA) Calibration() Calibration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return Calibration{CharsPerToken: e.ratio, Observations: e.n, WarmupSum: e.sum}
+}
+
+// Restore continues from a saved calibration. One outside the believable
+// range (a corrupt snapshot) is ignored: the EMA starts over.
+func (e *EMA) Restore(c Calibration) {
+	if !(c.CharsPerToken > MinObserved && c.CharsPerToken < MaxObserved) || c.Observations < 0 {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.ratio, e.n, e.sum = c.CharsPerToken, c.Observations, c.WarmupSum
+}
+
 // NewEMA starts at StartCharsPerToken.
 func NewEMA() *EMA { return &EMA{ratio: StartCharsPerToken} }
 

@@ -55,3 +55,39 @@ func TestEMAObserveCountsImagesSeparately(t *testing.T) {
 		t.Errorf("ratio moved to %v", e.Ratio())
 	}
 }
+
+func TestEMACalibrationRoundTrip(t *testing.T) {
+	a := NewEMA()
+	for _, obs := range []float64{2, 4, 3, 5, 100 /* ignored */, 6} {
+		a.ObserveRatio(obs)
+	}
+	saved := a.Calibration()
+	if saved.Observations != 5 || !near(saved.WarmupSum, 9) {
+		t.Fatalf("calibration %+v", saved)
+	}
+	b := NewEMA()
+	b.Restore(saved)
+	if b.Calibration() != saved {
+		t.Fatalf("restored %+v, saved %+v", b.Calibration(), saved)
+	}
+	// Both go on identically from there.
+	a.ObserveRatio(4.5)
+	b.ObserveRatio(4.5)
+	if !near(a.Ratio(), b.Ratio()) {
+		t.Fatalf("after one more observation: %v vs %v", a.Ratio(), b.Ratio())
+	}
+	// A restored warm-up finishes its mean: 2 observations saved, the third averages all three.
+	c := NewEMA()
+	c.Restore(Calibration{CharsPerToken: 3, Observations: 2, WarmupSum: 6})
+	c.ObserveRatio(6)
+	if !near(c.Ratio(), 4) {
+		t.Fatalf("warm-up mean after restore %v, want 4", c.Ratio())
+	}
+	// A corrupt calibration is ignored.
+	d := NewEMA()
+	d.Restore(Calibration{CharsPerToken: 0, Observations: 7})
+	d.Restore(Calibration{CharsPerToken: 50, Observations: 7})
+	if d.Calibration() != (Calibration{CharsPerToken: StartCharsPerToken}) {
+		t.Fatalf("corrupt calibrations were taken: %+v", d.Calibration())
+	}
+}
