@@ -166,3 +166,59 @@ func TestRememberScenario(t *testing.T) {
 		t.Error("the plan was rejected or a tool was blocked")
 	}
 }
+
+// Skills come from the rig's state directory and from the folders of
+// --skills-dirs (mounted ConfigMaps, one skill each): the index of all of
+// them is in the system prompt, Skill loads a mounted one's body and
+// reference file, and the state directory wins a name both have.
+func TestSkillsFromMountedFolders(t *testing.T) {
+	writeSkill := func(dir, name, desc, body string) {
+		t.Helper()
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		text := "---\nname: " + name + "\ndescription: " + desc + "\n---\n" + body + "\n"
+		if err := os.WriteFile(filepath.Join(dir, "SKILL.md"), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stateDir := t.TempDir()
+	writeSkill(filepath.Join(stateDir, "skills", "unlock"), "unlock", "unlock the phone", "Type the passcode from memory.")
+	mountA, mountB := t.TempDir(), t.TempDir()
+	writeSkill(mountA, "checkout", "buy what is in the cart", "Open the cart, then tap Checkout.")
+	if err := os.WriteFile(filepath.Join(mountA, "cards.md"), []byte("Use the card ending 4242."), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	writeSkill(mountB, "unlock", "a mounted twin the state directory overrides", "Never used.")
+
+	model := pt.OpenAI(uniq(
+		step(note, pt.Call{Name: "Skill", Args: `{"name":"checkout"}`}),
+		step(note, pt.Call{Name: "Skill", Args: `{"name":"checkout","reference":"cards.md"}`}),
+		step(note, pt.Call{Name: "Skill", Args: `{"name":"unlock"}`}),
+		closing("DONE")))
+	defer model.Close()
+	r1 := rigtest.New()
+	defer r1.Close()
+	env := loopEnv(t, model.URL, r1.Endpoint(), "CLAWFARM_STATE_DIR="+stateDir)
+	res := runChild(t, env, []string{"--skills-dirs=" + mountA + "," + mountB}, nil)
+	check(t, res, contract.ExitDone, contract.Done, contract.ReasonEndTurn)
+
+	first := string(model.Body(0))
+	for _, want := range []string{"- unlock: unlock the phone", "- checkout: buy what is in the cart"} {
+		if !strings.Contains(first, want) {
+			t.Errorf("the system prompt's skill index lacks %q", want)
+		}
+	}
+	if strings.Contains(first, "mounted twin") {
+		t.Error("the mounted twin of a state-directory skill is in the index")
+	}
+	if b := string(model.Body(1)); !strings.Contains(b, "skill checkout:\\n") || !strings.Contains(b, "Open the cart, then tap Checkout.") || !strings.Contains(b, "cards.md") {
+		t.Error("Skill(checkout) did not return the mounted skill's body and its reference file")
+	}
+	if b := string(model.Body(2)); !strings.Contains(b, "Use the card ending 4242.") {
+		t.Error("Skill(checkout, cards.md) did not return the reference file")
+	}
+	if b := string(model.Body(3)); !strings.Contains(b, "Type the passcode from memory.") || strings.Contains(b, "Never used.") {
+		t.Error("Skill(unlock) did not load the state directory's skill")
+	}
+}
