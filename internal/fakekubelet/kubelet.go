@@ -190,18 +190,24 @@ func (k *Kubelet) needsWork(pod *corev1.Pod, now time.Time) bool {
 	if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return true
 	}
-	key := pod.Namespace + "/" + pod.Name
-	k.mu.Lock()
-	startedAt, running := k.started[key]
-	if seen, ok := k.observed[key]; ok && k.CountFromSeen {
-		startedAt = seen
-	}
-	k.mu.Unlock()
+	startedAt, running := k.runningSince(pod.Namespace + "/" + pod.Name)
 	if !running {
 		return true
 	}
 	e := k.Script(pod)
 	return !e.Hang && now.Sub(startedAt) >= e.After
+}
+
+// runningSince reports whether the kubelet started the pod, and since when
+// its Ending.After counts (its start, or with CountFromSeen its first sight).
+func (k *Kubelet) runningSince(key string) (time.Time, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	startedAt, running := k.started[key]
+	if seen, ok := k.observed[key]; ok && k.CountFromSeen {
+		startedAt = seen
+	}
+	return startedAt, running
 }
 
 func (k *Kubelet) drive(ctx context.Context, pod *corev1.Pod) {
@@ -213,12 +219,7 @@ func (k *Kubelet) drive(ctx context.Context, pod *corev1.Pod) {
 		}
 		return
 	}
-	k.mu.Lock()
-	startedAt, running := k.started[key]
-	if seen, ok := k.observed[key]; ok && k.CountFromSeen {
-		startedAt = seen
-	}
-	k.mu.Unlock()
+	startedAt, running := k.runningSince(key)
 	if !running {
 		if pod.DeletionTimestamp != nil {
 			if pod.Spec.NodeName != "" { // bound but never started: the kubelet ends it
