@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -283,41 +284,55 @@ func TestTwoRunsForOneRigRunOneAfterTheOther(t *testing.T) {
 func TestReleasedRigGoesStraightToTheNextRun(t *testing.T) {
 	ns := namespace(t)
 	makeRig(t, ns, "rig", nil)
+	// Each run's pod runs until the test lets it end.
+	gates := map[string]*atomic.Bool{}
 	for _, name := range []string{"a", "b", "c", "d"} {
-		scripts.set(ns, name, byPod(nil, ends(contract.Done, true, name, 500*time.Millisecond)))
+		gate := &atomic.Bool{}
+		gates[name] = gate
+		done := ends(contract.Done, true, name, 0)
+		scripts.set(ns, name, func(*corev1.Pod) fakekubelet.Ending {
+			if gate.Load() {
+				return done
+			}
+			return fakekubelet.Ending{Hang: true}
+		})
 	}
 	create(t, newRun(ns, "a", "rig"))
 	waitPhase(t, ns, "a", farmv1.RunRunning)
 	lease := getLease(t, ns, "rig")
 	create(t, newRun(ns, "b", "rig"))
-	time.Sleep(1100 * time.Millisecond) // creationTimestamp has one-second resolution: b is older than c
+	time.Sleep(1100 * time.Millisecond) // creationTimestamp has one-second resolution: b is older than c and d
 	cancelled := newRun(ns, "c", "rig")
 	cancelled.Spec.Cancel = true // a cancelled run never takes the rig
 	create(t, cancelled)
 	create(t, newRun(ns, "d", "rig"))
+	waitPhase(t, ns, "c", farmv1.RunCancelled)
+	waitPhase(t, ns, "d", farmv1.RunQueued)
 
-	for i, name := range []string{"b", "d"} {
-		run := waitPhase(t, ns, name, farmv1.RunRunning)
+	for i, step := range []struct{ from, to string }{{"a", "b"}, {"b", "d"}} {
+		gates[step.from].Store(true)
+		run := waitPhase(t, ns, step.to, farmv1.RunRunning)
 		l := getLease(t, ns, "rig")
 		if l.UID != lease.UID {
-			t.Fatalf("run %s: the Lease was deleted and re-created (uid %s, was %s)", name, l.UID, lease.UID)
+			t.Fatalf("run %s: the Lease was deleted and re-created (uid %s, was %s)", step.to, l.UID, lease.UID)
 		}
-		if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != string(run.UID) || l.Labels[farmv1.LabelRun] != name ||
+		if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != string(run.UID) || l.Labels[farmv1.LabelRun] != step.to ||
 			l.Labels[farmv1.LabelRunUID] != string(run.UID) {
-			t.Fatalf("run %s runs, but the Lease names %v / %v", name, l.Spec.HolderIdentity, l.Labels)
+			t.Fatalf("run %s runs, but the Lease names %v / %v", step.to, l.Spec.HolderIdentity, l.Labels)
 		}
 		if l.Spec.LeaseTransitions == nil || *l.Spec.LeaseTransitions != int32(i+1) {
-			t.Fatalf("run %s: leaseTransitions %v, want %d", name, l.Spec.LeaseTransitions, i+1)
+			t.Fatalf("run %s: leaseTransitions %v, want %d", step.to, l.Spec.LeaseTransitions, i+1)
+		}
+		prev := waitPhase(t, ns, step.from, farmv1.RunSucceeded)
+		if c := condition(prev, farmv1.ConditionRigLeased); c == nil || c.Reason != farmv1.ReasonReleased ||
+			!strings.Contains(c.Message, "released to run "+step.to) {
+			t.Fatalf("%s's RigLeased condition does not say where the rig went: %+v", step.from, c)
 		}
 	}
-	if p := waitPhase(t, ns, "c", farmv1.RunCancelled); len(p.Status.Attempts) != 0 {
-		t.Fatalf("the cancelled run ran: %+v", p.Status.Attempts)
+	if c := getRun(t, ns, "c"); len(c.Status.Attempts) != 0 {
+		t.Fatalf("the cancelled run ran: %+v", c.Status.Attempts)
 	}
-	prev := waitPhase(t, ns, "b", farmv1.RunSucceeded)
-	if c := condition(prev, farmv1.ConditionRigLeased); c == nil || c.Reason != farmv1.ReasonReleased ||
-		!strings.Contains(c.Message, "released to run d") {
-		t.Fatalf("b's RigLeased condition does not say where the rig went: %+v", c)
-	}
+	gates["d"].Store(true)
 	waitPhase(t, ns, "d", farmv1.RunSucceeded)
 	eventually(t, "the Lease deleted once nobody waits", func() bool { return leaseHolder(t, ns, "rig") == "" })
 	if v := kubelet.Violations(); len(v) != 0 {
