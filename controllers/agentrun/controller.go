@@ -536,10 +536,7 @@ func (s *step) rigLost(ctx context.Context) error {
 func (s *step) acquire(ctx context.Context) (bool, error) {
 	st := &s.run.Status
 	gen := s.run.Generation
-	if st.QueuedAt == nil {
-		t := metav1.NewTime(s.now)
-		st.QueuedAt = &t
-	}
+	s.markQueued()
 	if t := s.run.Spec.Limits.QueueTimeout(); t > 0 {
 		deadline := st.QueuedAt.Add(time.Duration(t) * time.Second)
 		if !s.now.Before(deadline) {
@@ -602,14 +599,27 @@ func (s *step) acquire(ctx context.Context) (bool, error) {
 	return false, nil
 }
 
+// markQueued sets when the run started waiting for a rig, once: a run that
+// was never queued before (Pending) has waited since it was created, even
+// when its first Queued status was held back (see acquire) or it was handed
+// a rig before that status was written.
+func (s *step) markQueued() {
+	st := &s.run.Status
+	if st.QueuedAt != nil {
+		return
+	}
+	t := metav1.NewTime(s.now)
+	if st.Phase == farmv1.RunPending && !s.run.CreationTimestamp.IsZero() {
+		t = s.run.CreationTimestamp
+	}
+	st.QueuedAt = &t
+}
+
 // took records that the run now holds rig, taken from the queue or handed
 // over by the run before it.
 func (s *step) took(rig *farmv1.DeviceRig) {
 	st := &s.run.Status
-	if st.QueuedAt == nil {
-		t := metav1.NewTime(s.now)
-		st.QueuedAt = &t
-	}
+	s.markQueued()
 	s.heldRig, s.rig = rig.Name, rig
 	st.Rig = rig.Name
 	conditions.True(&st.Conditions, s.run.Generation, farmv1.ConditionRigLeased, farmv1.ReasonLeased,

@@ -90,6 +90,62 @@ func TestReadQueueHandsFreeRigsOldestFirst(t *testing.T) {
 	if q, err = r.readQueue(context.Background(), "farm", "a", ""); err != nil || len(q.given) != 0 {
 		t.Fatalf("a leased rig was given: %v, %v", q.given, err)
 	}
+
+	// The holder giving a rig up hands it to the run the queue gives it to:
+	// the oldest of its own runs, or an older selector run that matches.
+	holderH := "uid-h"
+	leaseOfA := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "farm", Name: "a",
+		Labels: map[string]string{farmv1.LabelRig: "a", farmv1.LabelRun: "h", farmv1.LabelRunUID: holderH}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holderH}}
+	next := func(objs ...client.Object) string {
+		t.Helper()
+		n, err := newQueueReconciler(t, objs...).nextHolder(context.Background(), "farm", "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == nil {
+			return ""
+		}
+		return n.Name
+	}
+	if got := next(rig("a", farmv1.RigInUse, false), leaseOfA, run("h", 0, "a", farmv1.RunSucceeded),
+		run("x2", 2, "a", farmv1.RunQueued), run("x1", 1, "a", farmv1.RunPending)); got != "x1" {
+		t.Fatalf("next holder %q, want x1, the oldest waiting for the rig", got)
+	}
+	if got := next(rig("a", farmv1.RigInUse, false), leaseOfA, run("x1", 1, "a", farmv1.RunQueued),
+		run("s0", 0, "", farmv1.RunQueued)); got != "s0" {
+		t.Fatalf("next holder %q, want s0, the older selector run", got)
+	}
+	if got := next(rig("a", farmv1.RigInUse, true), leaseOfA, run("x1", 1, "a", farmv1.RunQueued)); got != "" {
+		t.Fatalf("a rig going into maintenance was handed to %q", got)
+	}
+	if got := next(rig("a", farmv1.RigInUse, false), leaseOfA, run("x1", 1, "b", farmv1.RunQueued)); got != "" {
+		t.Fatalf("a rig nobody waits for was handed to %q", got)
+	}
+}
+
+// A run never queued before has waited since its creation, even when its
+// first Queued status was held back; a re-queued run keeps its first mark.
+func TestMarkQueued(t *testing.T) {
+	created := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	now := created.Add(40 * time.Second)
+	for _, tc := range []struct {
+		phase farmv1.RunPhase
+		had   *metav1.Time
+		want  time.Time
+	}{
+		{farmv1.RunPending, nil, created},
+		{farmv1.RunQueued, nil, now},
+		{farmv1.RunQueued, &metav1.Time{Time: created.Add(5 * time.Second)}, created.Add(5 * time.Second)},
+	} {
+		run := &farmv1.AgentRun{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(created)},
+			Status: farmv1.AgentRunStatus{Phase: tc.phase, QueuedAt: tc.had}}
+		s := &step{run: run, now: now}
+		s.markQueued()
+		if got := run.Status.QueuedAt; got == nil || !got.Time.Equal(tc.want) {
+			t.Errorf("phase %s, queuedAt %v: marked %v, want %v", tc.phase, tc.had, got, tc.want)
+		}
+	}
 }
 
 func newQueueReconciler(t *testing.T, objs ...client.Object) *Reconciler {
