@@ -17,19 +17,32 @@ import (
 	"github.com/clawfarm/clawfarm/internal/state"
 )
 
+// simulated starts modelsim (the built-in scenarios, and those in
+// scenarioDir when given) and a rigsim phone, both closed with the test.
+func simulated(t *testing.T, scenarioDir string) (model, rig *httptest.Server) {
+	t.Helper()
+	lib, err := modelsim.Builtin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if scenarioDir != "" {
+		if err := lib.LoadDir(scenarioDir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	model = httptest.NewServer(modelsim.NewServer(lib).Handler())
+	t.Cleanup(model.Close)
+	rig = httptest.NewServer(rigsim.New("r1", rigsim.Config{}).Handler())
+	t.Cleanup(rig.Close)
+	return model, rig
+}
+
 // The message scenario on a simulated phone: the agent sends the message,
 // schedules a look at the answer with create_job and ends WAIT. The job is in
 // the termination message, it is the follow-up's source, and the state
 // directory holds it, the trace and the snapshot.
 func TestMessageScenarioReportsItsJob(t *testing.T) {
-	lib, err := modelsim.Builtin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	model := httptest.NewServer(modelsim.NewServer(lib).Handler())
-	defer model.Close()
-	sim := httptest.NewServer(rigsim.New("r1", rigsim.Config{}).Handler())
-	defer sim.Close()
+	model, sim := simulated(t, "")
 	dir := t.TempDir()
 	env := loopEnv(t, model.URL, sim.URL+"/mcp", "CLAWFARM_MODEL=sim/message", "CLAWFARM_STATE_DIR="+dir,
 		"CLAWFARM_TRIGGER=Ask Ana what time dinner is tomorrow.", "CLAWFARM_MODEL_TIMEOUT_SECONDS=30")
@@ -134,17 +147,7 @@ func waitFor(t *testing.T, cond func() bool) {
 // test/scenarios/remember.yaml through the loop: the plan, memory and log
 // tools reach the rig's state directory.
 func TestRememberScenario(t *testing.T) {
-	lib, err := modelsim.Builtin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := lib.LoadDir("../../test/scenarios"); err != nil {
-		t.Fatal(err)
-	}
-	model := httptest.NewServer(modelsim.NewServer(lib).Handler())
-	defer model.Close()
-	sim := httptest.NewServer(rigsim.New("r1", rigsim.Config{}).Handler())
-	defer sim.Close()
+	model, sim := simulated(t, "../../test/scenarios")
 	dir := t.TempDir()
 	env := loopEnv(t, model.URL, sim.URL+"/mcp", "CLAWFARM_MODEL=sim/remember", "CLAWFARM_STATE_DIR="+dir,
 		"CLAWFARM_TRIGGER=Turn Wi-Fi off.", "CLAWFARM_MODEL_TIMEOUT_SECONDS=30")
