@@ -3,6 +3,7 @@ package agentrun_test
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -338,6 +340,63 @@ func TestReleasedRigGoesStraightToTheNextRun(t *testing.T) {
 	if v := kubelet.Violations(); len(v) != 0 {
 		t.Fatalf("exclusivity violated: %v", v)
 	}
+}
+
+// Every transition of a run leaves an Event, with a stable reason, in order:
+// queued behind a busy rig, handed the rig and started, a counted STUCK, the
+// next attempt, the end.
+func TestEventOnEveryTransition(t *testing.T) {
+	ns := namespace(t)
+	makeRig(t, ns, "rig", nil)
+	release := &atomic.Bool{}
+	done := ends(contract.Done, true, "first", 0)
+	scripts.set(ns, "first", func(*corev1.Pod) fakekubelet.Ending {
+		if release.Load() {
+			return done
+		}
+		return fakekubelet.Ending{Hang: true}
+	})
+	scripts.set(ns, "second", byPod(map[string]fakekubelet.Ending{"second-a1": ends(contract.Stuck, true, "lost", 50*time.Millisecond)},
+		ends(contract.Done, true, "done", 50*time.Millisecond)))
+	create(t, newRun(ns, "first", "rig"))
+	waitPhase(t, ns, "first", farmv1.RunRunning)
+	create(t, newRun(ns, "second", "rig"))
+	waitPhase(t, ns, "second", farmv1.RunQueued)
+	release.Store(true)
+	waitPhase(t, ns, "second", farmv1.RunSucceeded)
+
+	want := map[string][]string{
+		"first":  {farmv1.ReasonLeased, farmv1.ReasonDone},
+		"second": {farmv1.ReasonQueued, farmv1.ReasonLeased, "AttemptEnded", farmv1.ReasonRetrying, "AttemptStarted", farmv1.ReasonDone},
+	}
+	same := func(got map[string][]string) bool {
+		return fmt.Sprint(got["first"]) == fmt.Sprint(want["first"]) && fmt.Sprint(got["second"]) == fmt.Sprint(want["second"])
+	}
+	got := runEvents(t, ns)
+	for deadline := time.Now().Add(20 * time.Second); !same(got) && time.Now().Before(deadline); got = runEvents(t, ns) {
+		time.Sleep(100 * time.Millisecond) // Events are sent asynchronously
+	}
+	if !same(got) {
+		t.Fatalf("events by run %v, want %v", got, want)
+	}
+}
+
+// runEvents lists the Events about each run of ns, their reasons in the order
+// they were recorded.
+func runEvents(t *testing.T, ns string) map[string][]string {
+	t.Helper()
+	var list eventsv1.EventList
+	if err := k8s.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].EventTime.Before(&list.Items[j].EventTime) })
+	out := map[string][]string{}
+	for _, e := range list.Items {
+		if e.Regarding.Kind == "AgentRun" {
+			out[e.Regarding.Name] = append(out[e.Regarding.Name], e.Reason)
+		}
+	}
+	return out
 }
 
 func getLease(t *testing.T, ns, rig string) *coordinationv1.Lease {

@@ -587,10 +587,8 @@ func (s *step) acquire(ctx context.Context) (bool, error) {
 			return false, nil
 		}
 	}
-	if st.Phase != farmv1.RunQueued && reason != farmv1.ReasonRigBusy {
-		// A busy rig is the queue working, shown by the status; an event is for
-		// a wait someone may have to act on (no such rig, not ready, maintenance).
-		s.ev.queued(s.run, why)
+	if st.Phase != farmv1.RunQueued {
+		s.ev.queued(s.run, why) // once per wait: the message stays the same while the queue moves
 	}
 	st.Phase = farmv1.RunQueued
 	conditions.False(&st.Conditions, gen, farmv1.ConditionRigLeased, reason, why)
