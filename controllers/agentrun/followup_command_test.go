@@ -129,16 +129,28 @@ func TestAgentJobFiringsMakeRuns(t *testing.T) {
 func TestMetricsCountRunsAndPhases(t *testing.T) {
 	ns := namespace(t)
 	makeRig(t, ns, "rig", nil)
-	finished := func() float64 {
-		return metricValue(t, metrics.Registry, "clawfarm_agentruns_finished_total", "phase", "Succeeded", "sentinel", "DONE")
+	type sample struct {
+		name   string
+		labels []string
 	}
-	before := finished()
+	samples := []sample{
+		{"clawfarm_agentruns_finished_total", []string{"phase", "Succeeded", "sentinel", "DONE"}},
+		{"clawfarm_attempts_total", []string{"outcome", string(farmv1.OutcomeDone)}},
+		{"clawfarm_queue_wait_seconds", nil}, // histograms: their sample counts
+		{"clawfarm_time_to_pod_seconds", nil},
+	}
+	before := map[string]float64{}
+	for _, m := range samples {
+		before[m.name] = metricValue(t, metrics.Registry, m.name, m.labels...)
+	}
 	scripts.set(ns, "counted", byPod(nil, ends(contract.Done, true, "ok", 50*time.Millisecond)))
 	create(t, newRun(ns, "counted", "rig"))
 	waitPhase(t, ns, "counted", farmv1.RunSucceeded)
-	// The counter is process-wide and other tests finish runs in parallel: at least this one.
-	if got := finished(); got < before+1 {
-		t.Fatalf("clawfarm_agentruns_finished_total{Succeeded,DONE} went %v → %v, want at least +1", before, got)
+	// The metrics are process-wide and other tests finish runs in parallel: at least this one.
+	for _, m := range samples {
+		if got := metricValue(t, metrics.Registry, m.name, m.labels...); got < before[m.name]+1 {
+			t.Errorf("%s%v went %v → %v, want at least +1", m.name, m.labels, before[m.name], got)
+		}
 	}
 
 	reg := prometheus.NewPedanticRegistry()
@@ -179,10 +191,13 @@ func metricValue(t *testing.T, g prometheus.Gatherer, name string, labelPairs ..
 			if c := m.GetCounter(); c != nil {
 				return c.GetValue()
 			}
+			if h := m.GetHistogram(); h != nil {
+				return float64(h.GetSampleCount())
+			}
 			return m.GetGauge().GetValue()
 		}
 	}
-	if name == "clawfarm_agentruns_finished_total" {
+	if strings.HasSuffix(name, "_total") {
 		return 0 // a counter vector shows a label set only once it has counted
 	}
 	t.Fatalf("no sample %s%v", name, labelPairs)
