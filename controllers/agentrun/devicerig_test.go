@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/internal/fakekubelet"
@@ -73,10 +74,14 @@ func TestDeviceRigStatusFollowsTheWorld(t *testing.T) {
 	if err := k8s.Patch(context.Background(), &cur, patch); err != nil {
 		t.Fatal(err)
 	}
+	failures := metricValue(t, metrics.Registry, "clawfarm_rig_probe_failures_total")
 	r = waitRig(t, ns, "rig", func(r *farmv1.DeviceRig) bool {
 		c := rigCondition(r, farmv1.ConditionEndpointReachable)
 		return c != nil && c.Status == metav1.ConditionFalse
 	})
+	if got := metricValue(t, metrics.Registry, "clawfarm_rig_probe_failures_total"); got < failures+1 {
+		t.Errorf("clawfarm_rig_probe_failures_total went %v → %v, want at least +1", failures, got)
+	}
 	if c := rigCondition(r, farmv1.ConditionEndpointReachable); c.Reason != farmv1.ReasonProbeFailed || !strings.Contains(c.Message, "127.0.0.1:1") {
 		t.Fatalf("EndpointReachable %+v", c)
 	}
@@ -92,9 +97,19 @@ func TestRigOnMissingNodeIsOffline(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ghost"},
 		Spec:       farmv1.DeviceRigSpec{NodeName: "no-such-node", Endpoint: farmv1.RigEndpoint{URL: health.url + "/rigs/ghost/mcp"}},
 	}
+	offline := func() float64 {
+		return metricValue(t, metrics.Registry, "clawfarm_rigs", "phase", string(farmv1.RigOffline))
+	}
+	before := offline()
 	create(t, rig)
 	r := waitRig(t, ns, "ghost", func(r *farmv1.DeviceRig) bool { return r.Status.Phase == farmv1.RigOffline })
 	if c := rigCondition(r, farmv1.ConditionNodeReady); c.Reason != farmv1.ReasonNodeNotFound {
 		t.Fatalf("NodeReady %+v", c)
 	}
+	// The rigs-by-phase gauge counts it, once, and lets it go with the rig.
+	eventually(t, "clawfarm_rigs{Offline} counting the rig", func() bool { return offline() == before+1 })
+	if err := k8s.Delete(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "clawfarm_rigs{Offline} without the deleted rig", func() bool { return offline() == before })
 }
