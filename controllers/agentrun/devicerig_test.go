@@ -69,12 +69,12 @@ func TestDeviceRigStatusFollowsTheWorld(t *testing.T) {
 	if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "rig"}, &cur); err != nil {
 		t.Fatal(err)
 	}
+	failures := metricValue(t, metrics.Registry, "clawfarm_rig_probe_failures_total")
 	patch := client.MergeFrom(cur.DeepCopy()) // the rig controller writes status meanwhile
 	cur.Spec.Endpoint.HealthURL = "http://127.0.0.1:1/api/status"
 	if err := k8s.Patch(context.Background(), &cur, patch); err != nil {
 		t.Fatal(err)
 	}
-	failures := metricValue(t, metrics.Registry, "clawfarm_rig_probe_failures_total")
 	r = waitRig(t, ns, "rig", func(r *farmv1.DeviceRig) bool {
 		c := rigCondition(r, farmv1.ConditionEndpointReachable)
 		return c != nil && c.Status == metav1.ConditionFalse
