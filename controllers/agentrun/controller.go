@@ -459,6 +459,13 @@ func (s *step) advance(ctx context.Context) error {
 	if s.heldRig != "" && s.rig == nil {
 		return s.rigLost(ctx)
 	}
+	if s.heldRig != "" && waitsForRig(s.run) && !rigMatches(s.run, s.rig) && len(s.live) == 0 {
+		// Handed a rig its spec no longer names (a spec may change until the
+		// run starts): give it back and queue like any other run.
+		if err := s.releaseRig(ctx); err != nil || s.heldRig != "" {
+			return err
+		}
+	}
 	switch {
 	case s.heldRig == "":
 		if len(s.live) > 0 {
@@ -469,19 +476,7 @@ func (s *step) advance(ctx context.Context) error {
 			return err
 		}
 	case waitsForRig(s.run):
-		// Handed over by the run that held it before. A run whose spec changed
-		// since (it may, until it starts) gives back a rig it no longer names.
-		if !rigMatches(s.run, s.rig) && len(s.live) == 0 {
-			if err := s.releaseRig(ctx); err != nil {
-				return err
-			}
-			if s.heldRig == "" {
-				_, err := s.acquire(ctx)
-				return err
-			}
-			return nil
-		}
-		s.took(s.rig)
+		s.took(s.rig) // handed over by the run that held it before
 	}
 	// Rebuilt from the world every time, so a status write lost to a conflict loses nothing.
 	st.Rig = s.heldRig
@@ -614,14 +609,11 @@ func (s *step) markQueued() {
 }
 
 // took records that the run now holds rig, taken from the queue or handed
-// over by the run before it.
+// over by the run before it (advance then writes the RigLeased condition).
 func (s *step) took(rig *farmv1.DeviceRig) {
 	st := &s.run.Status
 	s.markQueued()
 	s.heldRig, s.rig = rig.Name, rig
-	st.Rig = rig.Name
-	conditions.True(&st.Conditions, s.run.Generation, farmv1.ConditionRigLeased, farmv1.ReasonLeased,
-		fmt.Sprintf("holding rig %s on node %s", rig.Name, rig.Spec.NodeName))
 	if st.StartTime == nil {
 		queueWait.Observe(s.now.Sub(s.run.CreationTimestamp.Time).Seconds())
 	}
