@@ -52,6 +52,10 @@ type Config struct {
 	MaxConcurrentReconciles int
 }
 
+// podRunIndex indexes pods by the run they belong to (the run label), so a
+// reconcile reads its run's pods without a scan of every pod in the namespace.
+const podRunIndex = "farm.clawfarm.dev/run"
+
 // Reconciler reconciles AgentRuns.
 type Reconciler struct {
 	client.Client
@@ -173,7 +177,7 @@ func (s *step) result() ctrl.Result {
 
 func (s *step) observe(ctx context.Context) error {
 	var list corev1.PodList
-	if err := s.r.List(ctx, &list, client.InNamespace(s.run.Namespace), client.MatchingLabels{farmv1.LabelRun: s.run.Name}); err != nil {
+	if err := s.r.List(ctx, &list, client.InNamespace(s.run.Namespace), client.MatchingFields{podRunIndex: s.run.Name}); err != nil {
 		return fmt.Errorf("list attempt pods: %w", err)
 	}
 	for i := range list.Items {
@@ -815,6 +819,14 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return queueKey(o.(*farmv1.AgentRun))
 	}); err != nil {
 		return fmt.Errorf("index runs by queue: %w", err)
+	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podRunIndex, func(o client.Object) []string {
+		if run := o.GetLabels()[farmv1.LabelRun]; run != "" {
+			return []string{run}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("index pods by run: %w", err)
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&farmv1.AgentRun{}).

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
@@ -42,12 +43,10 @@ type Script func(pod *corev1.Pod) Ending
 // Kubelet is the fake kubelet.
 type Kubelet struct {
 	Client client.Client
-	// Reader is where pods are listed from each poll (default Client). A
-	// watch-backed cache keeps a large farm from costing a LIST per poll, as
-	// real kubelets watch; writes always go to Client.
-	Reader client.Reader
 	Script Script
-	// Poll is how often the kubelet lists pods (default 50 ms).
+	// Poll is how often the kubelet lists pods (default 50 ms). Once Events
+	// has been registered with an informer, a poll lists nothing: it only
+	// looks again at the live pods the events gave it, for endings falling due.
 	Poll time.Duration
 	// Workers drive pods in parallel (default 8), as many kubelets would.
 	Workers int
@@ -58,14 +57,64 @@ type Kubelet struct {
 	// queueing under load does not lengthen the sessions.
 	CountFromSeen bool
 
+	once       sync.Once
 	mu         sync.Mutex
-	started    map[string]time.Time // pod key → when marked Running
+	watched    bool                    // pods come from Events, not from a List each poll
+	latest     map[string]*corev1.Pod // with watched: each unfinished pod as last seen
+	started    map[string]time.Time   // pod key → when marked Running
 	ended      map[string]bool
 	liveByRig  map[string]string // rig → live pod key
 	observed   map[string]time.Time
 	inFlight   map[string]bool // pods a worker is driving
 	violations []string
 	count      int
+	work       chan<- *corev1.Pod // set by Run; Events offers pods to it
+}
+
+func (k *Kubelet) init() {
+	k.once.Do(func() {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		k.started, k.ended, k.liveByRig, k.observed = map[string]time.Time{}, map[string]bool{}, map[string]string{}, map[string]time.Time{}
+		k.inFlight, k.latest = map[string]bool{}, map[string]*corev1.Pod{}
+	})
+}
+
+// Events returns the handler to register with a pod informer (attempt pods):
+// the kubelet then works from the watch, as real kubelets do. Each change is
+// offered to a worker at once, and a poll looks only at the unfinished pods
+// the events gave it, not at a List of every pod ever created.
+func (k *Kubelet) Events() toolscache.ResourceEventHandler {
+	k.init()
+	k.mu.Lock()
+	k.watched = true
+	k.mu.Unlock()
+	saw := func(o any) {
+		pod, ok := o.(*corev1.Pod)
+		if !ok || pod.Labels[farmv1.LabelKind] != "attempt" {
+			return
+		}
+		key := pod.Namespace + "/" + pod.Name
+		k.mu.Lock()
+		k.latest[key] = pod
+		work := k.work
+		k.mu.Unlock()
+		if work != nil {
+			k.offer(pod, work, time.Now())
+		}
+	}
+	return toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    saw,
+		UpdateFunc: func(_, o any) { saw(o) },
+		DeleteFunc: func(o any) {
+			if d, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
+				o = d.Obj
+			}
+			if pod, ok := o.(*corev1.Pod); ok {
+				k.gone(pod.Namespace + "/" + pod.Name)
+			}
+		},
+	}
 }
 
 // Run drives pods until ctx ends. Each poll hands the pods that need a write
@@ -79,11 +128,11 @@ func (k *Kubelet) Run(ctx context.Context) {
 	if k.Workers == 0 {
 		k.Workers = 8
 	}
-	k.mu.Lock()
-	k.started, k.ended, k.liveByRig, k.observed = map[string]time.Time{}, map[string]bool{}, map[string]string{}, map[string]time.Time{}
-	k.inFlight = map[string]bool{}
-	k.mu.Unlock()
+	k.init()
 	work := make(chan *corev1.Pod, 1024)
+	k.mu.Lock()
+	k.work = work
+	k.mu.Unlock()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for w := 0; w < k.Workers; w++ {
@@ -130,57 +179,92 @@ func (k *Kubelet) Started() int {
 }
 
 func (k *Kubelet) tick(ctx context.Context, work chan<- *corev1.Pod) {
-	var pods corev1.PodList
-	reader := k.Reader
-	if reader == nil {
-		reader = k.Client
-	}
-	if err := reader.List(ctx, &pods, client.MatchingLabels{farmv1.LabelKind: "attempt"}, client.UnsafeDisableDeepCopy); err != nil {
-		return
-	}
-	seen := map[string]bool{}
-	for i := range pods.Items {
-		seen[pods.Items[i].Namespace+"/"+pods.Items[i].Name] = true
-	}
-	// A pod deleted outright (never terminated by us) is no longer live either;
-	// note it before starting new pods.
 	k.mu.Lock()
-	for key := range k.started {
-		if !seen[key] && !k.ended[key] {
-			k.ended[key] = true
-			for rig, live := range k.liveByRig {
-				if live == key {
-					delete(k.liveByRig, rig)
-				}
-			}
-		}
+	watched := k.watched
+	var pods []*corev1.Pod
+	for _, pod := range k.latest {
+		pods = append(pods, pod)
 	}
 	k.mu.Unlock()
-	now := time.Now()
-	for i := range pods.Items {
-		pod := &pods.Items[i]
-		key := pod.Namespace + "/" + pod.Name
+	if !watched {
+		var list corev1.PodList
+		if err := k.Client.List(ctx, &list, client.MatchingLabels{farmv1.LabelKind: "attempt"}); err != nil {
+			return
+		}
+		seen := map[string]bool{}
+		for i := range list.Items {
+			pods = append(pods, &list.Items[i])
+			seen[list.Items[i].Namespace+"/"+list.Items[i].Name] = true
+		}
+		// A pod deleted outright (never terminated by us) is no longer live
+		// either; note it before starting new pods.
 		k.mu.Lock()
-		done, busy := k.ended[key], k.inFlight[key]
-		_, seenBefore := k.observed[key]
-		if !seenBefore {
-			k.observed[key] = now
+		var gone []string
+		for key := range k.started {
+			if !seen[key] && !k.ended[key] {
+				gone = append(gone, key)
+			}
 		}
 		k.mu.Unlock()
-		if !seenBefore && k.Observe != nil {
-			k.Observe(pod)
+		for _, key := range gone {
+			k.gone(key)
 		}
-		if busy || (done && pod.DeletionTimestamp == nil) || !k.needsWork(pod, now) {
-			continue // in hand, or nothing to do for it yet
+	}
+	now := time.Now()
+	for _, pod := range pods {
+		k.offer(pod, work, now)
+	}
+}
+
+// gone notes a pod that was deleted: it is no longer live on its rig.
+func (k *Kubelet) gone(key string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.latest, key)
+	if _, started := k.started[key]; !started || k.ended[key] {
+		return
+	}
+	k.ended[key] = true
+	for rig, live := range k.liveByRig {
+		if live == key {
+			delete(k.liveByRig, rig)
 		}
-		pod = pod.DeepCopy() // the list may share the cache's objects; drive writes to its copy
-		select {
-		case work <- pod:
-			k.mu.Lock()
-			k.inFlight[key] = true
-			k.mu.Unlock()
-		default: // every worker is busy and the queue is full: the next poll offers it again
-		}
+	}
+}
+
+// offer hands pod to a worker if it needs a write now and no worker has it.
+// pod may be shared (an informer's object): the worker drives a copy.
+func (k *Kubelet) offer(pod *corev1.Pod, work chan<- *corev1.Pod, now time.Time) {
+	key := pod.Namespace + "/" + pod.Name
+	k.mu.Lock()
+	done, busy := k.ended[key], k.inFlight[key]
+	_, seenBefore := k.observed[key]
+	if !seenBefore {
+		k.observed[key] = now
+	}
+	if done && pod.DeletionTimestamp == nil && k.watched {
+		delete(k.latest, key) // nothing more to do unless it is deleted, which its next event says
+	}
+	k.mu.Unlock()
+	if !seenBefore && k.Observe != nil {
+		k.Observe(pod)
+	}
+	if busy || (done && pod.DeletionTimestamp == nil) || !k.needsWork(pod, now) {
+		return // in hand, or nothing to do for it yet
+	}
+	k.mu.Lock()
+	if k.inFlight[key] {
+		k.mu.Unlock()
+		return
+	}
+	k.inFlight[key] = true
+	k.mu.Unlock()
+	select {
+	case work <- pod.DeepCopy():
+	default: // every worker is busy and the queue is full: the next poll offers it again
+		k.mu.Lock()
+		delete(k.inFlight, key)
+		k.mu.Unlock()
 	}
 }
 

@@ -18,19 +18,23 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/yaml"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/controllers/agentrun"
@@ -221,9 +225,12 @@ func TestBenchOperator(t *testing.T) {
 	}))
 	defer healthSrv.Close()
 
-	// The manager gets its own rest config whose transport counts writes.
+	// The manager gets its own rest config whose transport counts writes. It
+	// runs as it does in a cluster: as a ServiceAccount, with a token, holding
+	// the ClusterRole that `make manifests` generates — so a permission the
+	// markers miss fails here too (a refused request is printed).
 	counter := &writeCounter{}
-	mcfg := rest.CopyConfig(cfg)
+	mcfg := managerConfig(ctx, t, cfg, hc)
 	mcfg.QPS = -1 // as cmd/manager runs (ctrl.GetConfig): no client-side limit, the API server's fairness decides
 	mcfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { counter.next = rt; return counter }
 	mgr, err := ctrl.NewManager(mcfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
@@ -270,23 +277,22 @@ func TestBenchOperator(t *testing.T) {
 	var seenMu sync.Mutex
 	firstSeen := map[string]time.Time{}
 	endSeen := map[string]time.Time{} // run → its pod's Succeeded status seen
-	// The fake kubelet reads pods from a watch, as kubelets do, and the
-	// benchmark watches runs: a LIST of a thousand objects every poll would
-	// load the API server more than the manager does.
+	// The fake kubelet works from a pod watch of its own, as kubelets do. The
+	// benchmark reads the runs from the manager's cache: a watch of its own
+	// would load the API server with work that is not the operator's.
 	view, err := cache.New(kcfg, cache.Options{Scheme: scheme,
 		ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{farmv1.LabelKind: "attempt"})}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	go func() { _ = view.Start(ctx) }()
-	for _, o := range []client.Object{&corev1.Pod{}, &farmv1.AgentRun{}} {
-		if _, err := view.GetInformer(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-	}
-	view.WaitForCacheSync(ctx)
 	podInformer, err := view.GetInformer(ctx, &corev1.Pod{})
 	if err != nil {
+		t.Fatal(err)
+	}
+	view.WaitForCacheSync(ctx)
+	runCache := mgr.GetCache()
+	if _, err := runCache.GetInformer(ctx, &farmv1.AgentRun{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := podInformer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: func(o any) {
@@ -312,10 +318,13 @@ func TestBenchOperator(t *testing.T) {
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	kl := &fakekubelet.Kubelet{Client: hc, Reader: view, Poll: 20 * time.Millisecond, Workers: 32, CountFromSeen: true,
+	kl := &fakekubelet.Kubelet{Client: hc, Poll: 20 * time.Millisecond, Workers: 32, CountFromSeen: true,
 		Script: func(*corev1.Pod) fakekubelet.Ending {
 			return fakekubelet.Ending{After: runTime, ExitCode: 0, Message: string(msg)}
 		}}
+	if _, err := podInformer.AddEventHandler(kl.Events()); err != nil {
+		t.Fatal(err)
+	}
 	go kl.Run(ctx)
 
 	if path := os.Getenv("BENCH_APISERVER_PROFILE"); path != "" {
@@ -359,7 +368,7 @@ func TestBenchOperator(t *testing.T) {
 	createdAll := time.Since(start)
 	waitFor(t, "all runs Succeeded", 10*time.Minute, func() bool {
 		var l farmv1.AgentRunList
-		_ = view.List(ctx, &l, client.InNamespace(ns), client.UnsafeDisableDeepCopy)
+		_ = runCache.List(ctx, &l, client.InNamespace(ns), client.UnsafeDisableDeepCopy)
 		n := 0
 		for _, r := range l.Items {
 			if r.Status.Phase == farmv1.RunSucceeded {
@@ -427,6 +436,31 @@ func TestBenchOperator(t *testing.T) {
 	if v := kl.Violations(); len(v) > 0 {
 		t.Fatalf("exclusivity violated: %v", v[:min(5, len(v))])
 	}
+}
+
+// managerConfig makes the manager's ServiceAccount, binds it the generated
+// ClusterRole (config/rbac/role.yaml), and returns a config that authenticates
+// with a token of it.
+func managerConfig(ctx context.Context, t *testing.T, admin *rest.Config, c client.Client) *rest.Config {
+	b, err := os.ReadFile("../../config/rbac/role.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var role rbacv1.ClusterRole
+	if err := yaml.Unmarshal(b, &role); err != nil {
+		t.Fatalf("config/rbac/role.yaml: %v", err)
+	}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "clawfarm-system", Name: "clawfarm-manager"}}
+	must(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: sa.Namespace}}))
+	must(t, c.Create(ctx, sa))
+	must(t, c.Create(ctx, &role))
+	must(t, c.Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: sa.Namespace, Name: sa.Name}}}))
+	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}
+	must(t, c.SubResource("token").Create(ctx, sa, tr))
+	return &rest.Config{Host: admin.Host, BearerToken: tr.Status.Token,
+		TLSClientConfig: rest.TLSClientConfig{CAData: admin.CAData}}
 }
 
 func withCodec(c *rest.Config) *rest.Config {
