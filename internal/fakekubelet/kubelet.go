@@ -59,7 +59,7 @@ type Kubelet struct {
 
 	once       sync.Once
 	mu         sync.Mutex
-	watched    bool                    // pods come from Events, not from a List each poll
+	watched    bool                   // pods come from Events, not from a List each poll
 	latest     map[string]*corev1.Pod // with watched: each unfinished pod as last seen
 	started    map[string]time.Time   // pod key → when marked Running
 	ended      map[string]bool
