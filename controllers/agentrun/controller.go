@@ -68,6 +68,20 @@ type Reconciler struct {
 	// deferred holds the runs whose first "Queued" status waits behind more
 	// urgent work (see acquire).
 	deferred sync.Map // types.NamespacedName → struct{}
+	// starting holds, for runs whose first pod has no start time in their
+	// status yet, when they took their rig and created the pod (*startNote).
+	starting sync.Map // types.NamespacedName → *startNote
+	// observeStart, when set, replaces the queue-wait and time-to-pod
+	// histograms (tests).
+	observeStart func(queueWait, timeToPod time.Duration)
+}
+
+// startNote is when a run took its rig and created its first pod, kept until
+// the status that records the start is written: the metrics are observed
+// once, from those moments, whichever reconcile writes it.
+type startNote struct {
+	mu              sync.Mutex
+	leasedAt, podAt time.Time
 }
 
 // +kubebuilder:rbac:groups=farm.clawfarm.dev,resources=agentruns,verbs=get;list;watch;create;update;patch;delete
@@ -89,6 +103,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Get(ctx, req.NamespacedName, &run); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.deferred.Delete(req.NamespacedName)
+			r.starting.Delete(req.NamespacedName)
 			return ctrl.Result{}, r.cleanUpOrphans(ctx, req.NamespacedName)
 		}
 		return ctrl.Result{}, err
@@ -104,6 +119,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// 2. Observe the world: the run's attempt pods, the Lease it holds, that rig.
 	if err := s.observe(ctx); err != nil {
 		return ctrl.Result{}, err
+	}
+	if run.Status.StartTime == nil && len(s.pods) > 0 {
+		// The run started when its first pod was created, whether or not a
+		// status said so before the pod ended.
+		t := metav1.NewTime(s.startedAt(s.pods[0]))
+		run.Status.StartTime = &t
 	}
 
 	// 3. Record every attempt pod that ended, then let its finalizer go.
@@ -132,6 +153,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{RequeueAfter: time.Millisecond, Priority: ptr.To(handler.LowPriority)}, nil
 	}
 	r.deferred.Delete(req.NamespacedName)
+	if s.podCreated {
+		// The pod is what the run waited for. Its status (Running, the
+		// attempt, the start time) is written by the reconcile that the pod's
+		// own watch event brings, behind the runs still waiting to create
+		// theirs: in a burst, pods start first and the bookkeeping follows.
+		// Nothing is lost if the manager stops in between — the status is
+		// rebuilt from the pod.
+		return s.result(), nil
+	}
 
 	// 5. Write what changed.
 	if err := s.writeStatus(ctx); err != nil {
@@ -156,6 +186,7 @@ type step struct {
 	wakeAt      time.Time
 	justLeased  bool
 	deferQueued bool
+	podCreated  bool // this reconcile created an attempt pod
 }
 
 func (s *step) wake(t time.Time) {
@@ -619,7 +650,12 @@ func (s *step) took(rig *farmv1.DeviceRig) {
 	s.markQueued()
 	s.heldRig, s.rig = rig.Name, rig
 	if st.StartTime == nil {
-		queueWait.Observe(s.now.Sub(s.run.CreationTimestamp.Time).Seconds())
+		n := s.note()
+		n.mu.Lock()
+		if n.leasedAt.IsZero() {
+			n.leasedAt = s.now
+		}
+		n.mu.Unlock()
 	}
 	s.justLeased = true // the attempt-started event names the rig
 }
@@ -689,10 +725,14 @@ func (s *step) startAttempt(ctx context.Context) error {
 			s.ev.attemptStarted(s.run, pod, next.Attempt, next.Retry)
 		}
 		if st.StartTime == nil {
-			timeToPod.Observe(s.now.Sub(s.run.CreationTimestamp.Time).Seconds())
-			t := metav1.NewTime(s.now)
-			st.StartTime = &t
+			n := s.note()
+			n.mu.Lock()
+			if n.podAt.IsZero() {
+				n.podAt = s.now
+			}
+			n.mu.Unlock()
 		}
+		s.podCreated = true
 	case apierrors.IsAlreadyExists(err):
 		// created by an earlier reconcile the cache has not shown yet
 	case apierrors.IsInvalid(err):
@@ -718,8 +758,59 @@ func (s *step) writeStatus(ctx context.Context) error {
 	if err := s.r.Status().Update(ctx, s.run); err != nil {
 		return fmt.Errorf("update status: %w", err)
 	}
+	if s.before.StartTime == nil && s.run.Status.StartTime != nil {
+		s.observeStart()
+	}
 	s.before = s.run.Status.DeepCopy()
 	return nil
+}
+
+// note is the run's startNote, made on first use.
+func (s *step) note() *startNote {
+	n, _ := s.r.starting.LoadOrStore(types.NamespacedName{Namespace: s.run.Namespace, Name: s.run.Name}, &startNote{})
+	return n.(*startNote)
+}
+
+// startedAt is when the run's first pod was created: as this manager noted
+// it, or (after a restart) the pod's creation time.
+func (s *step) startedAt(first *corev1.Pod) time.Time {
+	if n, ok := s.r.starting.Load(types.NamespacedName{Namespace: s.run.Namespace, Name: s.run.Name}); ok {
+		n := n.(*startNote)
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if !n.podAt.IsZero() {
+			return n.podAt
+		}
+	}
+	return first.CreationTimestamp.Time
+}
+
+// observeStart observes the queue wait and the time to pod once, when the
+// status that first records the start has been written.
+func (s *step) observeStart() {
+	key := types.NamespacedName{Namespace: s.run.Namespace, Name: s.run.Name}
+	created := s.run.CreationTimestamp.Time
+	started := s.run.Status.StartTime.Time
+	leased := started
+	if n, ok := s.r.starting.LoadAndDelete(key); ok {
+		n := n.(*startNote)
+		n.mu.Lock()
+		if !n.podAt.IsZero() {
+			started = n.podAt
+		}
+		if !n.leasedAt.IsZero() {
+			leased = n.leasedAt
+		}
+		n.mu.Unlock()
+	}
+	observe := s.r.observeStart
+	if observe == nil {
+		observe = func(wait, toPod time.Duration) {
+			queueWait.Observe(wait.Seconds())
+			timeToPod.Observe(toPod.Seconds())
+		}
+	}
+	observe(leased.Sub(created), started.Sub(created))
 }
 
 // nodeLost reports whether the pod's node is gone or NotReady past the grace period.

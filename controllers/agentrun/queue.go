@@ -134,9 +134,19 @@ func (r *Reconciler) readRigQueue(ctx context.Context, namespace, name, freeing 
 	if err != nil {
 		return nil, err
 	}
-	waiting, err := r.listWaiting(ctx, namespace, "rig/"+name)
+	all, err := r.listWaiting(ctx, namespace, "rig/"+name)
 	if err != nil {
 		return nil, err
+	}
+	var holder types.UID
+	if held != nil {
+		_, holder = lease.HolderRun(held)
+	}
+	var waiting []*farmv1.AgentRun
+	for _, run := range all {
+		if run.UID != holder { // the holder may still look queued: its status lags its Lease
+			waiting = append(waiting, run)
+		}
 	}
 	sort.Slice(waiting, func(i, j int) bool { return queuedBefore(waiting[i], waiting[j]) })
 	q.waiting = waiting

@@ -112,6 +112,10 @@ func TestReadQueueHandsFreeRigsOldestFirst(t *testing.T) {
 		run("x2", 2, "a", farmv1.RunQueued), run("x1", 1, "a", farmv1.RunPending)); got != "x1" {
 		t.Fatalf("next holder %q, want x1, the oldest waiting for the rig", got)
 	}
+	if got := next(rig("a", farmv1.RigInUse, false), leaseOfA, run("h", 0, "a", farmv1.RunPending),
+		run("x1", 1, "a", farmv1.RunQueued)); got != "x1" {
+		t.Fatalf("next holder %q, want x1: the holder itself may still look Pending (its status lags its Lease)", got)
+	}
 	if got := next(rig("a", farmv1.RigInUse, false), leaseOfA, run("x1", 1, "a", farmv1.RunQueued),
 		run("s0", 0, "", farmv1.RunQueued)); got != "s0" {
 		t.Fatalf("next holder %q, want s0, the older selector run", got)

@@ -1,0 +1,135 @@
+package agentrun
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/internal/attempt"
+	"github.com/clawfarm/clawfarm/internal/contract"
+)
+
+// The reconcile that creates a run's pod leaves the Running status to the
+// next one (the pod's own event brings it). A pod that ends before that
+// status is written still gives the run its start time, from this manager's
+// note or, after a restart, from the pod; the queue wait and time to pod are
+// observed once, when the status that records the start is written.
+func TestStartIsRecordedOnceWhateverReconcileWritesIt(t *testing.T) {
+	created := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	for _, restart := range []bool{false, true} {
+		clk := clocktesting.NewFakeClock(created.Add(2 * time.Second))
+		c := startTestClient(t,
+			&farmv1.DeviceRig{ObjectMeta: metav1.ObjectMeta{Namespace: "farm", Name: "rig"},
+				Spec:   farmv1.DeviceRigSpec{NodeName: "node", Endpoint: farmv1.RigEndpoint{URL: "http://rig/mcp"}},
+				Status: farmv1.DeviceRigStatus{Phase: farmv1.RigReady}},
+			&farmv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: "farm", Name: "run", UID: "uid-run", Generation: 1,
+				CreationTimestamp: metav1.NewTime(created)},
+				Spec: farmv1.AgentRunSpec{RigRef: &farmv1.RigReference{Name: "rig"}, Trigger: "t",
+					Model: farmv1.ModelSpec{Provider: "openai", Name: "m"}}})
+		type observation struct{ wait, toPod time.Duration }
+		var seen []observation
+		newReconciler := func() *Reconciler {
+			return &Reconciler{Client: c, APIReader: c, Recorder: events.NewFakeRecorder(100), Clock: clk,
+				Config: Config{Loop: attempt.Defaults{Image: "loop"}, StartupTimeout: time.Minute, NodeLostGrace: time.Minute},
+				observeStart: func(wait, toPod time.Duration) { seen = append(seen, observation{wait, toPod}) }}
+		}
+		r := newReconciler()
+		reconcileRun := func() *farmv1.AgentRun {
+			t.Helper()
+			if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "farm", Name: "run"}}); err != nil {
+				t.Fatal(err)
+			}
+			var run farmv1.AgentRun
+			if err := c.Get(context.Background(), types.NamespacedName{Namespace: "farm", Name: "run"}, &run); err != nil {
+				t.Fatal(err)
+			}
+			return &run
+		}
+
+		// 1. The rig is taken and the pod created; no status write yet.
+		if run := reconcileRun(); run.Status.Phase != "" || run.Status.StartTime != nil {
+			t.Fatalf("the reconcile that created the pod wrote status %+v", run.Status)
+		}
+		var pod corev1.Pod
+		if err := c.Get(context.Background(), types.NamespacedName{Namespace: "farm", Name: attempt.PodName("run", 1, 0)}, &pod); err != nil {
+			t.Fatalf("no attempt pod: %v", err)
+		}
+		if len(seen) != 0 {
+			t.Fatalf("observed %v before any status recorded the start", seen)
+		}
+
+		// 2. The pod ends with DONE before any reconcile wrote Running.
+		podCreated := created.Add(5 * time.Second) // what the API server says, to the second
+		pod.CreationTimestamp = metav1.NewTime(podCreated)
+		if err := c.Update(context.Background(), &pod); err != nil {
+			t.Fatal(err)
+		}
+		msg, _ := contract.TerminationMessage{Sentinel: contract.Done, Retryable: true, Recap: "ok", ExitReason: contract.ReasonEndTurn}.Encode()
+		pod.Status = corev1.PodStatus{Phase: corev1.PodSucceeded, ContainerStatuses: []corev1.ContainerStatus{{
+			Name: attempt.ContainerName, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+				ExitCode: 0, Reason: "Completed", Message: string(msg)}}}}}
+		if err := c.Status().Update(context.Background(), &pod); err != nil {
+			t.Fatal(err)
+		}
+		if restart {
+			r = newReconciler() // a new manager: no note of when it took the rig or made the pod
+		}
+		clk.Step(10 * time.Second)
+		run := reconcileRun()
+		if run.Status.Phase != farmv1.RunSucceeded {
+			t.Fatalf("phase %q, want Succeeded", run.Status.Phase)
+		}
+		wantStart := created.Add(2 * time.Second) // the note: the moment the pod was created
+		if restart {
+			wantStart = podCreated
+		}
+		if run.Status.StartTime == nil || !run.Status.StartTime.Time.Equal(wantStart) {
+			t.Fatalf("restart=%v: startTime %v, want %v", restart, run.Status.StartTime, wantStart)
+		}
+		want := observation{2 * time.Second, 2 * time.Second}
+		if restart {
+			want = observation{5 * time.Second, 5 * time.Second}
+		}
+		if len(seen) != 1 || seen[0] != want {
+			t.Fatalf("restart=%v: observed %v, want once %v", restart, seen, want)
+		}
+
+		// 3. Later reconciles observe nothing again.
+		reconcileRun()
+		if len(seen) != 1 {
+			t.Fatalf("observed again: %v", seen)
+		}
+	}
+}
+
+func startTestClient(t *testing.T, objs ...client.Object) client.Client {
+	t.Helper()
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{farmv1.AddToScheme, coordinationv1.AddToScheme, corev1.AddToScheme} {
+		if err := add(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).
+		WithStatusSubresource(&farmv1.AgentRun{}, &farmv1.DeviceRig{}).
+		WithIndex(&farmv1.AgentRun{}, queueIndex, func(o client.Object) []string { return queueKey(o.(*farmv1.AgentRun)) }).
+		WithIndex(&corev1.Pod{}, podRunIndex, func(o client.Object) []string {
+			if run := o.GetLabels()[farmv1.LabelRun]; run != "" {
+				return []string{run}
+			}
+			return nil
+		}).
+		Build()
+}
