@@ -42,7 +42,7 @@ func TestStartIsRecordedOnceWhateverReconcileWritesIt(t *testing.T) {
 		var seen []observation
 		newReconciler := func() *Reconciler {
 			return &Reconciler{Client: c, APIReader: c, Recorder: events.NewFakeRecorder(100), Clock: clk,
-				Config: Config{Loop: attempt.Defaults{Image: "loop"}, StartupTimeout: time.Minute, NodeLostGrace: time.Minute},
+				Config:       Config{Loop: attempt.Defaults{Image: "loop"}, StartupTimeout: time.Minute, NodeLostGrace: time.Minute},
 				observeStart: func(wait, toPod time.Duration) { seen = append(seen, observation{wait, toPod}) }}
 		}
 		r := newReconciler()
