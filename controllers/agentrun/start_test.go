@@ -25,10 +25,19 @@ import (
 // next one (the pod's own event brings it). A pod that ends before that
 // status is written still gives the run its start time, from this manager's
 // note or, after a restart, from the pod; the queue wait and time to pod are
-// observed once, when the status that records the start is written.
+// observed once, when the status that records the start is written, however
+// many status writes follow.
 func TestStartIsRecordedOnceWhateverReconcileWritesIt(t *testing.T) {
 	created := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-	for _, restart := range []bool{false, true} {
+	for _, tc := range []struct {
+		name             string
+		restart, running bool
+	}{
+		{name: "the pod ends before a status says Running"},
+		{name: "the manager restarts, then the pod ends", restart: true},
+		{name: "Running is written, then the pod ends", running: true},
+	} {
+		restart := tc.restart
 		clk := clocktesting.NewFakeClock(created.Add(2 * time.Second))
 		c := startTestClient(t,
 			&farmv1.DeviceRig{ObjectMeta: metav1.ObjectMeta{Namespace: "farm", Name: "rig"},
@@ -70,7 +79,19 @@ func TestStartIsRecordedOnceWhateverReconcileWritesIt(t *testing.T) {
 			t.Fatalf("observed %v before any status recorded the start", seen)
 		}
 
-		// 2. The pod ends with DONE before any reconcile wrote Running.
+		if tc.running {
+			// The pod's event brings the reconcile that writes Running and the start.
+			pod.Status = corev1.PodStatus{Phase: corev1.PodRunning}
+			if err := c.Status().Update(context.Background(), &pod); err != nil {
+				t.Fatal(err)
+			}
+			if run := reconcileRun(); run.Status.Phase != farmv1.RunRunning || run.Status.StartTime == nil || len(seen) != 1 {
+				t.Fatalf("%s: after the pod's event: phase %q, start %v, observed %v; want Running, a start, observed once",
+					tc.name, run.Status.Phase, run.Status.StartTime, seen)
+			}
+		}
+
+		// 2. The pod ends with DONE (before any reconcile wrote Running, unless tc.running).
 		podCreated := created.Add(5 * time.Second) // what the API server says, to the second
 		pod.CreationTimestamp = metav1.NewTime(podCreated)
 		if err := c.Update(context.Background(), &pod); err != nil {
@@ -89,27 +110,27 @@ func TestStartIsRecordedOnceWhateverReconcileWritesIt(t *testing.T) {
 		clk.Step(10 * time.Second)
 		run := reconcileRun()
 		if run.Status.Phase != farmv1.RunSucceeded {
-			t.Fatalf("phase %q, want Succeeded", run.Status.Phase)
+			t.Fatalf("%s: phase %q, want Succeeded", tc.name, run.Status.Phase)
 		}
 		wantStart := created.Add(2 * time.Second) // the note: the moment the pod was created
 		if restart {
 			wantStart = podCreated
 		}
 		if run.Status.StartTime == nil || !run.Status.StartTime.Time.Equal(wantStart) {
-			t.Fatalf("restart=%v: startTime %v, want %v", restart, run.Status.StartTime, wantStart)
+			t.Fatalf("%s: startTime %v, want %v", tc.name, run.Status.StartTime, wantStart)
 		}
 		want := observation{2 * time.Second, 2 * time.Second}
 		if restart {
 			want = observation{5 * time.Second, 5 * time.Second}
 		}
 		if len(seen) != 1 || seen[0] != want {
-			t.Fatalf("restart=%v: observed %v, want once %v", restart, seen, want)
+			t.Fatalf("%s: observed %v, want once %v", tc.name, seen, want)
 		}
 
 		// 3. Later reconciles observe nothing again.
 		reconcileRun()
 		if len(seen) != 1 {
-			t.Fatalf("observed again: %v", seen)
+			t.Fatalf("%s: observed again: %v", tc.name, seen)
 		}
 	}
 }
