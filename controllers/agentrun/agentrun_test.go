@@ -262,7 +262,13 @@ func TestTwoRunsForOneRigRunOneAfterTheOther(t *testing.T) {
 	ns := namespace(t)
 	makeRig(t, ns, "rig", nil)
 	first, second := newRun(ns, "first", "rig"), newRun(ns, "second", "rig")
-	scripts.set(ns, "first", byPod(nil, ends(contract.Done, true, "1", 700*time.Millisecond)))
+	firstMayEnd := &atomic.Bool{} // the first session runs until the second is seen queued
+	scripts.set(ns, "first", func(*corev1.Pod) fakekubelet.Ending {
+		if firstMayEnd.Load() {
+			return ends(contract.Done, true, "1", 0)
+		}
+		return fakekubelet.Ending{Hang: true}
+	})
 	create(t, first)
 	waitPhase(t, ns, "first", farmv1.RunRunning)
 	create(t, second)
@@ -270,6 +276,7 @@ func TestTwoRunsForOneRigRunOneAfterTheOther(t *testing.T) {
 	if c := condition(queued, farmv1.ConditionRigLeased); c == nil || c.Status != metav1.ConditionFalse || c.Reason != farmv1.ReasonRigBusy {
 		t.Fatalf("RigLeased while queued: %+v", c)
 	}
+	firstMayEnd.Store(true)
 	done := waitPhase(t, ns, "second", farmv1.RunSucceeded)
 	firstDone := getRun(t, ns, "first")
 	if !firstDone.Status.Attempts[0].FinishTime.Time.Before(done.Status.Attempts[0].StartTime.Time.Add(time.Second)) {
