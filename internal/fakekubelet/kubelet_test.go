@@ -1,0 +1,108 @@
+package fakekubelet
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+)
+
+func attemptPod(name, rig string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "farm", Name: name,
+			Labels: map[string]string{farmv1.LabelKind: "attempt", farmv1.LabelRig: rig, farmv1.LabelRun: name}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "loop", Image: "loop"}}},
+	}
+}
+
+// Fed by a watch's events, the kubelet ends each pod as its script says, and
+// it still notices two live pods on one rig — the check the exclusivity tests
+// and the benchmark rely on.
+func TestEventsDrivePodsAndCatchTwoOnOneRig(t *testing.T) {
+	s := runtime.NewScheme()
+	if err := corev1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	first, second, other := attemptPod("first", "rig-a"), attemptPod("second", "rig-a"), attemptPod("other", "rig-b")
+	c := fake.NewClientBuilder().WithScheme(s).WithObjects(first, second, other).WithStatusSubresource(&corev1.Pod{}).Build()
+	k := &Kubelet{Client: c, Poll: 5 * time.Millisecond, EndOnly: true, Script: func(p *corev1.Pod) Ending {
+		if strings.HasPrefix(p.Name, "first") {
+			return Ending{Hang: true} // first is still live when second arrives
+		}
+		return Ending{After: 10 * time.Millisecond, ExitCode: 0, Message: "done"}
+	}}
+	events := k.Events()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go k.Run(ctx)
+	for _, p := range []*corev1.Pod{first, other, second} {
+		events.OnAdd(p.DeepCopy(), false)
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	ended := func(name string) bool {
+		var p corev1.Pod
+		if err := c.Get(ctx, types.NamespacedName{Namespace: "farm", Name: name}, &p); err != nil {
+			t.Fatal(err)
+		}
+		return p.Status.Phase == corev1.PodSucceeded && len(p.Status.ContainerStatuses) == 1 &&
+			p.Status.ContainerStatuses[0].State.Terminated != nil && p.Status.ContainerStatuses[0].State.Terminated.Message == "done"
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !(ended("other") && ended("second")) {
+		if time.Now().After(deadline) {
+			t.Fatal("the kubelet did not end the pods its events gave it")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if ended("first") {
+		t.Fatal("a hanging pod was ended")
+	}
+	if got := k.Started(); got != 3 {
+		t.Fatalf("started %d pods, want 3", got)
+	}
+	v := k.Violations()
+	if len(v) != 1 || !strings.Contains(v[0], "rig farm/rig-a: farm/second started while farm/first was live") {
+		t.Fatalf("violations %q, want exactly second over first on rig-a", v)
+	}
+
+	// A pod deleted while it runs is no longer live: a new pod on its rig is
+	// no violation.
+	hanging := attemptPod("first-c", "rig-c") // hangs, as every "first…" pod does
+	if err := c.Create(ctx, hanging); err != nil {
+		t.Fatal(err)
+	}
+	events.OnAdd(hanging, false)
+	for k.Started() != 4 {
+		if time.Now().After(deadline.Add(5 * time.Second)) {
+			t.Fatal("first-c never started")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := c.Delete(ctx, hanging); err != nil {
+		t.Fatal(err)
+	}
+	events.OnDelete(hanging)
+	next := attemptPod("next-c", "rig-c")
+	if err := c.Create(ctx, next); err != nil {
+		t.Fatal(err)
+	}
+	events.OnAdd(next, false)
+	for !ended("next-c") {
+		if time.Now().After(deadline.Add(5 * time.Second)) {
+			t.Fatal("next-c never ended")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if v := k.Violations(); len(v) != 1 {
+		t.Fatalf("violations after first-c was deleted: %q", v)
+	}
+}
