@@ -71,10 +71,25 @@ type Reconciler struct {
 	// starting holds, for runs whose first pod has no start time in their
 	// status yet, when they took their rig and created the pod (*startNote).
 	starting sync.Map // types.NamespacedName → *startNote
+	// recorded holds, per run, the newest attempt record of this manager's
+	// last status write (*ownWrite): a cache that does not show it yet is
+	// older than that write.
+	recorded sync.Map // types.NamespacedName → ownWrite
 	// observeStart, when set, replaces the queue-wait and time-to-pod
 	// histograms (tests).
 	observeStart func(queueWait, timeToPod time.Duration)
 }
+
+// ownWrite is the newest attempt record a status write of this manager held.
+type ownWrite struct {
+	uid types.UID
+	pod string
+	at  time.Time
+}
+
+// ownWriteWait bounds how long a reconcile waits for the cache to show the
+// manager's own last status write before it goes on regardless.
+const ownWriteWait = 30 * time.Second
 
 // startNote is when a run took its rig and created its first pod, kept until
 // the status that records the start is written: the metrics are observed
@@ -104,12 +119,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if apierrors.IsNotFound(err) {
 			r.deferred.Delete(req.NamespacedName)
 			r.starting.Delete(req.NamespacedName)
+			r.recorded.Delete(req.NamespacedName)
 			return ctrl.Result{}, r.cleanUpOrphans(ctx, req.NamespacedName)
 		}
 		return ctrl.Result{}, err
 	}
 	if run.DeletionTimestamp != nil {
 		return ctrl.Result{}, nil // pods go with the run (owner references); cleanUpOrphans finishes the job
+	}
+	if r.behindOwnWrite(&run) {
+		// The cache has not yet shown the status this manager last wrote:
+		// acting on the older one could start an attempt already recorded —
+		// and re-create its pod, if it was deleted, next to the retry on the
+		// same phone. The write's own event brings the run back.
+		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
 	}
 	s := &step{r: r, run: &run, ev: recorder{r.Recorder}, now: r.Clock.Now(), before: run.Status.DeepCopy()}
 	if run.Status.Phase == "" {
@@ -761,8 +784,31 @@ func (s *step) writeStatus(ctx context.Context) error {
 	if s.before.StartTime == nil && s.run.Status.StartTime != nil {
 		s.observeStart()
 	}
+	if a := s.run.Status.Attempts; len(a) > 0 {
+		s.r.recorded.Store(types.NamespacedName{Namespace: s.run.Namespace, Name: s.run.Name},
+			ownWrite{uid: s.run.UID, pod: a[len(a)-1].Pod, at: s.r.Clock.Now()})
+	}
 	s.before = s.run.Status.DeepCopy()
 	return nil
+}
+
+// behindOwnWrite reports whether run, as the cache shows it, is older than
+// this manager's last status write of it: that write's newest attempt record
+// is missing. (Records are only ever appended; the oldest are dropped past
+// 100, never the newest.) After ownWriteWait it gives up waiting — another
+// manager may have written since.
+func (r *Reconciler) behindOwnWrite(run *farmv1.AgentRun) bool {
+	key := types.NamespacedName{Namespace: run.Namespace, Name: run.Name}
+	v, ok := r.recorded.Load(key)
+	if !ok {
+		return false
+	}
+	w := v.(ownWrite)
+	if w.uid != run.UID || attempt.Recorded(&run.Status, w.pod) || r.Clock.Since(w.at) > ownWriteWait {
+		r.recorded.CompareAndDelete(key, w)
+		return false
+	}
+	return true
 }
 
 // note is the run's startNote, made on first use.

@@ -154,3 +154,107 @@ func startTestClient(t *testing.T, objs ...client.Object) client.Client {
 		}).
 		Build()
 }
+
+// staleView is a manager cache that lags: it shows an older copy of the run
+// and none of the pods in hide.
+type staleView struct {
+	client.Client
+	run  *farmv1.AgentRun
+	hide map[string]bool
+}
+
+func (v staleView) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if r, ok := obj.(*farmv1.AgentRun); ok && v.run != nil && key.Name == v.run.Name {
+		v.run.DeepCopyInto(r)
+		return nil
+	}
+	return v.Client.Get(ctx, key, obj, opts...)
+}
+
+func (v staleView) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	if err := v.Client.List(ctx, list, opts...); err != nil {
+		return err
+	}
+	if pods, ok := list.(*corev1.PodList); ok {
+		kept := pods.Items[:0]
+		for _, p := range pods.Items {
+			if !v.hide[p.Name] {
+				kept = append(kept, p)
+			}
+		}
+		pods.Items = kept
+	}
+	return nil
+}
+
+// A reconcile whose cache has not yet shown the manager's own last status
+// write does nothing: with the run as it was before an attempt was recorded
+// and that attempt's pod deleted (it never started), it would create the pod
+// again next to the retry that now runs on the same phone.
+func TestNothingIsDoneOnACacheOlderThanTheManagersOwnWrite(t *testing.T) {
+	created := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	clk := clocktesting.NewFakeClock(created.Add(time.Minute))
+	c := startTestClient(t,
+		&farmv1.DeviceRig{ObjectMeta: metav1.ObjectMeta{Namespace: "farm", Name: "rig"},
+			Spec:   farmv1.DeviceRigSpec{NodeName: "node", Endpoint: farmv1.RigEndpoint{URL: "http://rig/mcp"}},
+			Status: farmv1.DeviceRigStatus{Phase: farmv1.RigReady}},
+		&farmv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: "farm", Name: "run", UID: "uid-run", Generation: 1,
+			CreationTimestamp: metav1.NewTime(created)},
+			Spec: farmv1.AgentRunSpec{RigRef: &farmv1.RigReference{Name: "rig"}, Trigger: "t",
+				Model: farmv1.ModelSpec{Provider: "openai", Name: "m"}}})
+	r := &Reconciler{Client: c, APIReader: c, Recorder: events.NewFakeRecorder(100), Clock: clk,
+		Config:       Config{Loop: attempt.Defaults{Image: "loop"}, StartupTimeout: 10 * time.Second, NodeLostGrace: time.Minute},
+		observeStart: func(time.Duration, time.Duration) {}}
+	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "farm", Name: "run"}}
+	podExists := func(name string) bool {
+		var p corev1.Pod
+		return c.Get(context.Background(), types.NamespacedName{Namespace: "farm", Name: name}, &p) == nil
+	}
+	first, retry := attempt.PodName("run", 1, 0), attempt.PodName("run", 1, 1)
+
+	// 1. The first pod is created.
+	if _, err := r.Reconcile(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	var before farmv1.AgentRun
+	if err := c.Get(context.Background(), req.NamespacedName, &before); err != nil || !podExists(first) {
+		t.Fatalf("no first pod: %v", err)
+	}
+	// 2. It never starts (its creation time is long past the startup
+	// timeout): the attempt is recorded, the pod deleted, the retry created.
+	if _, err := r.Reconcile(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	if podExists(first) || !podExists(retry) {
+		t.Fatalf("after the startup timeout: first pod exists %v, retry exists %v; want the retry only", podExists(first), podExists(retry))
+	}
+	// 3. A cache that still shows the run as before step 2, and no pods.
+	r.Client = staleView{Client: c, run: &before, hide: map[string]bool{retry: true}}
+	res, err := r.Reconcile(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if podExists(first) {
+		t.Fatal("the first attempt's pod was created again from a stale cache, next to its retry")
+	}
+	if res.RequeueAfter == 0 {
+		t.Fatal("a reconcile behind its own write did not ask to come back")
+	}
+	// 4. Once the cache shows the write, the run goes on as usual (the retry
+	// has just been created: it is not past its startup timeout).
+	var p corev1.Pod
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: "farm", Name: retry}, &p); err != nil {
+		t.Fatal(err)
+	}
+	p.CreationTimestamp = metav1.NewTime(clk.Now())
+	if err := c.Update(context.Background(), &p); err != nil {
+		t.Fatal(err)
+	}
+	r.Client = c
+	if _, err := r.Reconcile(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	if podExists(first) || !podExists(retry) {
+		t.Fatalf("after the cache caught up: first pod exists %v, retry exists %v", podExists(first), podExists(retry))
+	}
+}
