@@ -99,6 +99,15 @@ type startNote struct {
 	leasedAt, podAt time.Time
 }
 
+// first sets one of the note's moments to t, unless it is already set.
+func (n *startNote) first(moment *time.Time, t time.Time) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if moment.IsZero() {
+		*moment = t
+	}
+}
+
 // +kubebuilder:rbac:groups=farm.clawfarm.dev,resources=agentruns,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=farm.clawfarm.dev,resources=agentruns/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=farm.clawfarm.dev,resources=agentruns/finalizers,verbs=update
@@ -674,11 +683,7 @@ func (s *step) took(rig *farmv1.DeviceRig) {
 	s.heldRig, s.rig = rig.Name, rig
 	if st.StartTime == nil {
 		n := s.note()
-		n.mu.Lock()
-		if n.leasedAt.IsZero() {
-			n.leasedAt = s.now
-		}
-		n.mu.Unlock()
+		n.first(&n.leasedAt, s.now)
 	}
 	s.justLeased = true // the attempt-started event names the rig
 }
@@ -749,11 +754,7 @@ func (s *step) startAttempt(ctx context.Context) error {
 		}
 		if st.StartTime == nil {
 			n := s.note()
-			n.mu.Lock()
-			if n.podAt.IsZero() {
-				n.podAt = s.now
-			}
-			n.mu.Unlock()
+			n.first(&n.podAt, s.now)
 		}
 		s.podCreated = true
 	case apierrors.IsAlreadyExists(err):

@@ -39,14 +39,7 @@ func TestStartIsRecordedOnceWhateverReconcileWritesIt(t *testing.T) {
 	} {
 		restart := tc.restart
 		clk := clocktesting.NewFakeClock(created.Add(2 * time.Second))
-		c := startTestClient(t,
-			&farmv1.DeviceRig{ObjectMeta: metav1.ObjectMeta{Namespace: "farm", Name: "rig"},
-				Spec:   farmv1.DeviceRigSpec{NodeName: "node", Endpoint: farmv1.RigEndpoint{URL: "http://rig/mcp"}},
-				Status: farmv1.DeviceRigStatus{Phase: farmv1.RigReady}},
-			&farmv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: "farm", Name: "run", UID: "uid-run", Generation: 1,
-				CreationTimestamp: metav1.NewTime(created)},
-				Spec: farmv1.AgentRunSpec{RigRef: &farmv1.RigReference{Name: "rig"}, Trigger: "t",
-					Model: farmv1.ModelSpec{Provider: "openai", Name: "m"}}})
+		c := startTestClient(t, readyRigAndRun(created)...)
 		type observation struct{ wait, toPod time.Duration }
 		var seen []observation
 		newReconciler := func() *Reconciler {
@@ -135,6 +128,19 @@ func TestStartIsRecordedOnceWhateverReconcileWritesIt(t *testing.T) {
 	}
 }
 
+// readyRigAndRun is a Ready rig and a new run for it, created at created.
+func readyRigAndRun(created time.Time) []client.Object {
+	return []client.Object{
+		&farmv1.DeviceRig{ObjectMeta: metav1.ObjectMeta{Namespace: "farm", Name: "rig"},
+			Spec:   farmv1.DeviceRigSpec{NodeName: "node", Endpoint: farmv1.RigEndpoint{URL: "http://rig/mcp"}},
+			Status: farmv1.DeviceRigStatus{Phase: farmv1.RigReady}},
+		&farmv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: "farm", Name: "run", UID: "uid-run", Generation: 1,
+			CreationTimestamp: metav1.NewTime(created)},
+			Spec: farmv1.AgentRunSpec{RigRef: &farmv1.RigReference{Name: "rig"}, Trigger: "t",
+				Model: farmv1.ModelSpec{Provider: "openai", Name: "m"}}},
+	}
+}
+
 func startTestClient(t *testing.T, objs ...client.Object) client.Client {
 	t.Helper()
 	s := runtime.NewScheme()
@@ -194,14 +200,7 @@ func (v staleView) List(ctx context.Context, list client.ObjectList, opts ...cli
 func TestNothingIsDoneOnACacheOlderThanTheManagersOwnWrite(t *testing.T) {
 	created := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	clk := clocktesting.NewFakeClock(created.Add(time.Minute))
-	c := startTestClient(t,
-		&farmv1.DeviceRig{ObjectMeta: metav1.ObjectMeta{Namespace: "farm", Name: "rig"},
-			Spec:   farmv1.DeviceRigSpec{NodeName: "node", Endpoint: farmv1.RigEndpoint{URL: "http://rig/mcp"}},
-			Status: farmv1.DeviceRigStatus{Phase: farmv1.RigReady}},
-		&farmv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: "farm", Name: "run", UID: "uid-run", Generation: 1,
-			CreationTimestamp: metav1.NewTime(created)},
-			Spec: farmv1.AgentRunSpec{RigRef: &farmv1.RigReference{Name: "rig"}, Trigger: "t",
-				Model: farmv1.ModelSpec{Provider: "openai", Name: "m"}}})
+	c := startTestClient(t, readyRigAndRun(created)...)
 	r := &Reconciler{Client: c, APIReader: c, Recorder: events.NewFakeRecorder(100), Clock: clk,
 		Config:       Config{Loop: attempt.Defaults{Image: "loop"}, StartupTimeout: 10 * time.Second, NodeLostGrace: time.Minute},
 		observeStart: func(time.Duration, time.Duration) {}}
