@@ -41,20 +41,9 @@ type Result struct {
 // Acquire takes the rig's Lease for the holder. It is idempotent: a Lease the
 // holder already owns counts as acquired.
 func Acquire(ctx context.Context, c client.Client, rig string, h Holder) (Result, error) {
-	now := metav1.NewMicroTime(time.Now())
 	holder := string(h.UID)
-	l := &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace: h.Namespace,
-			Name:      rig,
-			Labels: map[string]string{
-				farmv1.LabelRig:    rig,
-				farmv1.LabelRun:    h.Name,
-				farmv1.LabelRunUID: string(h.UID),
-			},
-		},
-		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, AcquireTime: &now},
-	}
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: h.Namespace, Name: rig}}
+	hold(l, h)
 	err := c.Create(ctx, l)
 	if err == nil {
 		return Result{Acquired: true}, nil
@@ -98,18 +87,12 @@ func HandOver(ctx context.Context, c client.Client, rig string, from, to Holder)
 		return false, err
 	}
 	l := cur.DeepCopy()
-	holder := string(to.UID)
-	now := metav1.NewMicroTime(time.Now())
 	transitions := int32(1)
 	if l.Spec.LeaseTransitions != nil {
 		transitions = *l.Spec.LeaseTransitions + 1
 	}
-	l.Spec.HolderIdentity, l.Spec.AcquireTime, l.Spec.LeaseTransitions = &holder, &now, &transitions
-	if l.Labels == nil {
-		l.Labels = map[string]string{}
-	}
-	l.Labels[farmv1.LabelRun] = to.Name
-	l.Labels[farmv1.LabelRunUID] = string(to.UID)
+	l.Spec.LeaseTransitions = &transitions
+	hold(l, to)
 	if err := c.Update(ctx, l); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 			return false, nil
@@ -117,6 +100,21 @@ func HandOver(ctx context.Context, c client.Client, rig string, from, to Holder)
 		return false, fmt.Errorf("hand lease of rig %s to run %s: %w", rig, to.Name, err)
 	}
 	return true, nil
+}
+
+// hold makes the rig's Lease l say that h holds it, since now: the holder
+// identity and acquire time, and the labels the queue and the rig's status
+// read (the rig's name is the Lease's).
+func hold(l *coordinationv1.Lease, h Holder) {
+	holder := string(h.UID)
+	now := metav1.NewMicroTime(time.Now())
+	l.Spec.HolderIdentity, l.Spec.AcquireTime = &holder, &now
+	if l.Labels == nil {
+		l.Labels = map[string]string{}
+	}
+	l.Labels[farmv1.LabelRig] = l.Name
+	l.Labels[farmv1.LabelRun] = h.Name
+	l.Labels[farmv1.LabelRunUID] = string(h.UID)
 }
 
 // ReleaseStale deletes a Lease whose holder is gone, guarded by its UID and
