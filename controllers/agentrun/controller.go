@@ -108,6 +108,13 @@ func (n *startNote) first(moment *time.Time, t time.Time) {
 	}
 }
 
+// moments reads the note (zero times for moments not noted).
+func (n *startNote) moments() (leasedAt, podAt time.Time) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.leasedAt, n.podAt
+}
+
 // +kubebuilder:rbac:groups=farm.clawfarm.dev,resources=agentruns,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=farm.clawfarm.dev,resources=agentruns/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=farm.clawfarm.dev,resources=agentruns/finalizers,verbs=update
@@ -643,8 +650,7 @@ func (s *step) acquire(ctx context.Context) (bool, error) {
 		// after the more urgent work: when many runs arrive at once, the
 		// ones that can start now are not kept waiting behind the status
 		// writes of the ones that cannot. Under no load this is a millisecond.
-		key := types.NamespacedName{Namespace: s.run.Namespace, Name: s.run.Name}
-		if _, again := s.r.deferred.LoadOrStore(key, struct{}{}); !again {
+		if _, again := s.r.deferred.LoadOrStore(client.ObjectKeyFromObject(s.run), struct{}{}); !again {
 			s.deferQueued = true
 			return false, nil
 		}
@@ -786,8 +792,7 @@ func (s *step) writeStatus(ctx context.Context) error {
 		s.observeStart()
 	}
 	if a := s.run.Status.Attempts; len(a) > 0 {
-		s.r.recorded.Store(types.NamespacedName{Namespace: s.run.Namespace, Name: s.run.Name},
-			ownWrite{uid: s.run.UID, pod: a[len(a)-1].Pod, at: s.r.Clock.Now()})
+		s.r.recorded.Store(client.ObjectKeyFromObject(s.run), ownWrite{uid: s.run.UID, pod: a[len(a)-1].Pod, at: s.r.Clock.Now()})
 	}
 	s.before = s.run.Status.DeepCopy()
 	return nil
@@ -799,7 +804,7 @@ func (s *step) writeStatus(ctx context.Context) error {
 // 100, never the newest.) After ownWriteWait it gives up waiting — another
 // manager may have written since.
 func (r *Reconciler) behindOwnWrite(run *farmv1.AgentRun) bool {
-	key := types.NamespacedName{Namespace: run.Namespace, Name: run.Name}
+	key := client.ObjectKeyFromObject(run)
 	v, ok := r.recorded.Load(key)
 	if !ok {
 		return false
@@ -814,19 +819,16 @@ func (r *Reconciler) behindOwnWrite(run *farmv1.AgentRun) bool {
 
 // note is the run's startNote, made on first use.
 func (s *step) note() *startNote {
-	n, _ := s.r.starting.LoadOrStore(types.NamespacedName{Namespace: s.run.Namespace, Name: s.run.Name}, &startNote{})
+	n, _ := s.r.starting.LoadOrStore(client.ObjectKeyFromObject(s.run), &startNote{})
 	return n.(*startNote)
 }
 
 // startedAt is when the run's first pod was created: as this manager noted
 // it, or (after a restart) the pod's creation time.
 func (s *step) startedAt(first *corev1.Pod) time.Time {
-	if n, ok := s.r.starting.Load(types.NamespacedName{Namespace: s.run.Namespace, Name: s.run.Name}); ok {
-		n := n.(*startNote)
-		n.mu.Lock()
-		defer n.mu.Unlock()
-		if !n.podAt.IsZero() {
-			return n.podAt
+	if n, ok := s.r.starting.Load(client.ObjectKeyFromObject(s.run)); ok {
+		if _, podAt := n.(*startNote).moments(); !podAt.IsZero() {
+			return podAt
 		}
 	}
 	return first.CreationTimestamp.Time
@@ -835,20 +837,17 @@ func (s *step) startedAt(first *corev1.Pod) time.Time {
 // observeStart observes the queue wait and the time to pod once, when the
 // status that first records the start has been written.
 func (s *step) observeStart() {
-	key := types.NamespacedName{Namespace: s.run.Namespace, Name: s.run.Name}
 	created := s.run.CreationTimestamp.Time
 	started := s.run.Status.StartTime.Time
 	leased := started
-	if n, ok := s.r.starting.LoadAndDelete(key); ok {
-		n := n.(*startNote)
-		n.mu.Lock()
-		if !n.podAt.IsZero() {
-			started = n.podAt
+	if n, ok := s.r.starting.LoadAndDelete(client.ObjectKeyFromObject(s.run)); ok {
+		leasedAt, podAt := n.(*startNote).moments()
+		if !podAt.IsZero() {
+			started = podAt
 		}
-		if !n.leasedAt.IsZero() {
-			leased = n.leasedAt
+		if !leasedAt.IsZero() {
+			leased = leasedAt
 		}
-		n.mu.Unlock()
 	}
 	observe := s.r.observeStart
 	if observe == nil {
