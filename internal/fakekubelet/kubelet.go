@@ -98,7 +98,7 @@ func (k *Kubelet) Events() toolscache.ResourceEventHandler {
 		if !ok || pod.Labels[farmv1.LabelKind] != "attempt" {
 			return
 		}
-		key := pod.Namespace + "/" + pod.Name
+		key := keyOf(pod)
 		k.mu.Lock()
 		k.latest[key] = pod
 		work := k.work
@@ -115,7 +115,7 @@ func (k *Kubelet) Events() toolscache.ResourceEventHandler {
 				o = d.Obj
 			}
 			if pod, ok := o.(*corev1.Pod); ok {
-				k.gone(pod.Namespace + "/" + pod.Name)
+				k.gone(keyOf(pod))
 			}
 		},
 	}
@@ -150,7 +150,7 @@ func (k *Kubelet) Run(ctx context.Context) {
 				case pod := <-work:
 					k.drive(ctx, pod)
 					k.mu.Lock()
-					delete(k.inFlight, pod.Namespace+"/"+pod.Name)
+					delete(k.inFlight, keyOf(pod))
 					k.mu.Unlock()
 				}
 			}
@@ -198,7 +198,7 @@ func (k *Kubelet) tick(ctx context.Context, work chan<- *corev1.Pod) {
 		seen := map[string]bool{}
 		for i := range list.Items {
 			pods = append(pods, &list.Items[i])
-			seen[list.Items[i].Namespace+"/"+list.Items[i].Name] = true
+			seen[keyOf(&list.Items[i])] = true
 		}
 		// A pod deleted outright (never terminated by us) is no longer live
 		// either; note it before starting new pods.
@@ -239,7 +239,7 @@ func (k *Kubelet) gone(key string) {
 // offer hands pod to a worker if it needs a write now and no worker has it.
 // pod may be shared (an informer's object): the worker drives a copy.
 func (k *Kubelet) offer(pod *corev1.Pod, work chan<- *corev1.Pod, now time.Time) {
-	key := pod.Namespace + "/" + pod.Name
+	key := keyOf(pod)
 	k.mu.Lock()
 	done, busy := k.ended[key], k.inFlight[key]
 	_, seenBefore := k.observed[key]
@@ -278,7 +278,7 @@ func (k *Kubelet) needsWork(pod *corev1.Pod, now time.Time) bool {
 	if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return true
 	}
-	startedAt, running := k.runningSince(pod.Namespace + "/" + pod.Name)
+	startedAt, running := k.runningSince(keyOf(pod))
 	if !running {
 		return true
 	}
@@ -299,9 +299,9 @@ func (k *Kubelet) runningSince(key string) (time.Time, bool) {
 }
 
 func (k *Kubelet) drive(ctx context.Context, pod *corev1.Pod) {
-	key := pod.Namespace + "/" + pod.Name
+	key := keyOf(pod)
 	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-		k.markEnded(key, pod.Namespace+"/"+pod.Labels[farmv1.LabelRig])
+		k.markEnded(key, rigOf(pod))
 		if pod.DeletionTimestamp != nil {
 			_ = k.Client.Delete(ctx, pod, client.GracePeriodSeconds(0))
 		}
@@ -316,7 +316,7 @@ func (k *Kubelet) drive(ctx context.Context, pod *corev1.Pod) {
 			return
 		}
 		if err := k.start(ctx, pod); err == nil {
-			rig := pod.Namespace + "/" + pod.Labels[farmv1.LabelRig]
+			rig := rigOf(pod)
 			k.mu.Lock()
 			if other, busy := k.liveByRig[rig]; busy && other != key {
 				k.violations = append(k.violations, fmt.Sprintf("rig %s: %s started while %s was live", rig, key, other))
@@ -397,7 +397,7 @@ func (k *Kubelet) end(ctx context.Context, pod *corev1.Pod, e Ending) {
 	if err := k.Client.Status().Patch(ctx, pod, client.MergeFrom(orig)); err != nil {
 		return
 	}
-	k.markEnded(pod.Namespace+"/"+pod.Name, pod.Namespace+"/"+pod.Labels[farmv1.LabelRig])
+	k.markEnded(keyOf(pod), rigOf(pod))
 }
 
 func (k *Kubelet) markEnded(key, rig string) {
@@ -411,6 +411,12 @@ func (k *Kubelet) markEnded(key, rig string) {
 		delete(k.liveByRig, rig)
 	}
 }
+
+// keyOf is a pod's key in the kubelet's books: namespace/name.
+func keyOf(pod *corev1.Pod) string { return pod.Namespace + "/" + pod.Name }
+
+// rigOf is the rig a pod drives, namespace/rig.
+func rigOf(pod *corev1.Pod) string { return pod.Namespace + "/" + pod.Labels[farmv1.LabelRig] }
 
 func affinityNode(pod *corev1.Pod) string {
 	a := pod.Spec.Affinity
