@@ -64,10 +64,10 @@ type writeCounter struct {
 }
 
 func (w *writeCounter) RoundTrip(r *http.Request) (*http.Response, error) {
+	key := r.Method + " " + resourceOf(r.URL.Path)
 	switch r.Method {
 	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
 		w.writes.Add(1)
-		key := r.Method + " " + resourceOf(r.URL.Path)
 		w.mu.Lock()
 		if w.byKey == nil {
 			w.byKey = map[string]int{}
@@ -82,8 +82,7 @@ func (w *writeCounter) RoundTrip(r *http.Request) (*http.Response, error) {
 		if w.lat == nil {
 			w.lat = map[string][]time.Duration{}
 		}
-		k := r.Method + " " + resourceOf(r.URL.Path)
-		w.lat[k] = append(w.lat[k], time.Since(t0))
+		w.lat[key] = append(w.lat[key], time.Since(t0))
 		w.mu.Unlock()
 	}
 	if err == nil && resp.StatusCode >= 300 {
@@ -91,7 +90,7 @@ func (w *writeCounter) RoundTrip(r *http.Request) (*http.Response, error) {
 		if w.failed == nil {
 			w.failed = map[string]int{}
 		}
-		w.failed[fmt.Sprintf("%s %s %d", r.Method, resourceOf(r.URL.Path), resp.StatusCode)]++
+		w.failed[fmt.Sprintf("%s %d", key, resp.StatusCode)]++
 		w.mu.Unlock()
 	}
 	return resp, err
