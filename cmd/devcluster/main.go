@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/clawfarm/clawfarm/internal/devcluster"
+	"github.com/clawfarm/clawfarm/internal/dev/devcluster"
 )
 
 const usage = `usage: devcluster <command> [flags]

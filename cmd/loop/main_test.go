@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/clawfarm/clawfarm/internal/contract"
-	pt "github.com/clawfarm/clawfarm/internal/provider/providertest"
-	"github.com/clawfarm/clawfarm/internal/rig/rigtest"
+	pt "github.com/clawfarm/clawfarm/internal/testing/providertest"
+	"github.com/clawfarm/clawfarm/internal/testing/rigtest"
 )
 
 const key = "sk-e2e-SECRETVALUE-987654321"

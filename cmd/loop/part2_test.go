@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/clawfarm/clawfarm/internal/contract"
-	"github.com/clawfarm/clawfarm/internal/modelsim"
-	pt "github.com/clawfarm/clawfarm/internal/provider/providertest"
-	"github.com/clawfarm/clawfarm/internal/rig/rigtest"
-	"github.com/clawfarm/clawfarm/internal/rigsim"
+	"github.com/clawfarm/clawfarm/internal/sim/modelsim"
+	pt "github.com/clawfarm/clawfarm/internal/testing/providertest"
+	"github.com/clawfarm/clawfarm/internal/testing/rigtest"
+	"github.com/clawfarm/clawfarm/internal/sim/rigsim"
 	"github.com/clawfarm/clawfarm/internal/state"
 )
 

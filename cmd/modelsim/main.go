@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/clawfarm/clawfarm/internal/modelsim"
+	"github.com/clawfarm/clawfarm/internal/sim/modelsim"
 )
 
 func main() {

@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/clawfarm/clawfarm/internal/rigsim"
+	"github.com/clawfarm/clawfarm/internal/sim/rigsim"
 )
 
 func main() {

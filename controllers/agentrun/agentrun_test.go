@@ -21,7 +21,7 @@ import (
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/internal/contract"
-	"github.com/clawfarm/clawfarm/internal/fakekubelet"
+	"github.com/clawfarm/clawfarm/internal/testing/fakekubelet"
 	"github.com/clawfarm/clawfarm/internal/followup"
 )
 

@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
-	"github.com/clawfarm/clawfarm/internal/fakekubelet"
+	"github.com/clawfarm/clawfarm/internal/testing/fakekubelet"
 )
 
 func rigCondition(r *farmv1.DeviceRig, typ string) *metav1.Condition {

@@ -13,7 +13,7 @@ import (
 	"github.com/clawfarm/clawfarm/internal/engine/hooks"
 	"github.com/clawfarm/clawfarm/internal/provider"
 	"github.com/clawfarm/clawfarm/internal/provider/anthropic"
-	pt "github.com/clawfarm/clawfarm/internal/provider/providertest"
+	pt "github.com/clawfarm/clawfarm/internal/testing/providertest"
 )
 
 func TestHappySession(t *testing.T) {

@@ -17,9 +17,9 @@ import (
 	"github.com/clawfarm/clawfarm/internal/engine/redact"
 	"github.com/clawfarm/clawfarm/internal/provider"
 	"github.com/clawfarm/clawfarm/internal/provider/openai"
-	pt "github.com/clawfarm/clawfarm/internal/provider/providertest"
+	pt "github.com/clawfarm/clawfarm/internal/testing/providertest"
 	"github.com/clawfarm/clawfarm/internal/rig"
-	"github.com/clawfarm/clawfarm/internal/rig/rigtest"
+	"github.com/clawfarm/clawfarm/internal/testing/rigtest"
 )
 
 const apiKey = "sk-live-TOPSECRETKEY-0123456789"

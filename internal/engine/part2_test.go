@@ -21,7 +21,7 @@ import (
 	"github.com/clawfarm/clawfarm/internal/engine/stuckguard"
 	"github.com/clawfarm/clawfarm/internal/engine/tokens"
 	"github.com/clawfarm/clawfarm/internal/provider"
-	pt "github.com/clawfarm/clawfarm/internal/provider/providertest"
+	pt "github.com/clawfarm/clawfarm/internal/testing/providertest"
 	"github.com/clawfarm/clawfarm/internal/rig"
 	"github.com/clawfarm/clawfarm/internal/state"
 )

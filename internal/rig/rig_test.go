@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/clawfarm/clawfarm/internal/rig"
-	"github.com/clawfarm/clawfarm/internal/rig/rigtest"
+	"github.com/clawfarm/clawfarm/internal/testing/rigtest"
 )
 
 func dial(t *testing.T, r *rigtest.Rig) *rig.Client {

@@ -20,7 +20,7 @@ import (
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/internal/contract"
-	"github.com/clawfarm/clawfarm/internal/devcluster"
+	"github.com/clawfarm/clawfarm/internal/dev/devcluster"
 )
 
 // Two runs for one rig run one after the other: the second waits in the

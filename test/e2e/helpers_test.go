@@ -17,8 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
-	"github.com/clawfarm/clawfarm/internal/devcluster"
-	"github.com/clawfarm/clawfarm/internal/rigsim/phone"
+	"github.com/clawfarm/clawfarm/internal/dev/devcluster"
+	"github.com/clawfarm/clawfarm/internal/sim/rigsim/phone"
 )
 
 // The rigs of the suite: one per test that runs in parallel, so each test

@@ -1,6 +1,6 @@
 //go:build e2e
 
-// Package e2e is clawfarm's end-to-end suite: one dev cluster (internal/devcluster)
+// Package e2e is clawfarm's end-to-end suite: one dev cluster (internal/dev/devcluster)
 // with the real scheduler, the real Job and CronJob controllers, rignode running
 // the loop as a host process, rigsim and modelsim; each test drives AgentRuns on
 // its own rig and checks the operator's record against the phone's ground truth.
@@ -24,7 +24,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/clawfarm/clawfarm/internal/devcluster"
+	"github.com/clawfarm/clawfarm/internal/dev/devcluster"
 )
 
 // cluster is the suite's dev cluster.

@@ -16,7 +16,7 @@ import (
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/internal/contract"
-	"github.com/clawfarm/clawfarm/internal/devcluster"
+	"github.com/clawfarm/clawfarm/internal/dev/devcluster"
 	"github.com/clawfarm/clawfarm/internal/followup"
 )
 

@@ -9,7 +9,7 @@ import (
 
 	"github.com/clawfarm/clawfarm/internal/provider"
 	"github.com/clawfarm/clawfarm/internal/provider/anthropic"
-	pt "github.com/clawfarm/clawfarm/internal/provider/providertest"
+	pt "github.com/clawfarm/clawfarm/internal/testing/providertest"
 )
 
 func req() *provider.Request {

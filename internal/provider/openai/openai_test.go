@@ -10,7 +10,7 @@ import (
 
 	"github.com/clawfarm/clawfarm/internal/provider"
 	"github.com/clawfarm/clawfarm/internal/provider/openai"
-	pt "github.com/clawfarm/clawfarm/internal/provider/providertest"
+	pt "github.com/clawfarm/clawfarm/internal/testing/providertest"
 )
 
 type rec struct{ text, think strings.Builder }

@@ -13,8 +13,8 @@ import (
 
 	openai "github.com/sashabaranov/go-openai"
 
-	"github.com/clawfarm/clawfarm/internal/modelsim"
-	"github.com/clawfarm/clawfarm/internal/rigsim"
+	"github.com/clawfarm/clawfarm/internal/sim/modelsim"
+	"github.com/clawfarm/clawfarm/internal/sim/rigsim"
 )
 
 const homeListing = `id [kind] "label" [left,top,right,bottom] conf
@@ -272,7 +272,7 @@ func TestScenarioSelection(t *testing.T) {
 func testScenarios(t *testing.T) modelsim.Library {
 	t.Helper()
 	lib := builtin(t)
-	if err := lib.LoadDir("../../test/scenarios"); err != nil {
+	if err := lib.LoadDir("../../../test/scenarios"); err != nil {
 		t.Fatal(err)
 	}
 	return lib

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/clawfarm/clawfarm/internal/rigsim/phone"
+	"github.com/clawfarm/clawfarm/internal/sim/rigsim/phone"
 )
 
 // ListingHeader is the first line of every element listing (RIG-CONTRACT.md, "What comes back").

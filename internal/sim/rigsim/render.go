@@ -14,7 +14,7 @@ import (
 	"golang.org/x/image/font/basicfont"
 	"golang.org/x/image/math/fixed"
 
-	"github.com/clawfarm/clawfarm/internal/rigsim/phone"
+	"github.com/clawfarm/clawfarm/internal/sim/rigsim/phone"
 )
 
 // The rendered frame. Its longest edge stays under the contract's 1566 px.

@@ -10,9 +10,9 @@ import (
 	"testing"
 
 	"github.com/clawfarm/clawfarm/internal/contract"
-	"github.com/clawfarm/clawfarm/internal/modelsim"
-	"github.com/clawfarm/clawfarm/internal/rigsim"
-	"github.com/clawfarm/clawfarm/internal/rigsim/phone"
+	"github.com/clawfarm/clawfarm/internal/sim/modelsim"
+	"github.com/clawfarm/clawfarm/internal/sim/rigsim"
+	"github.com/clawfarm/clawfarm/internal/sim/rigsim/phone"
 )
 
 // buildLoop builds the real loop (cmd/loop) once for this test.

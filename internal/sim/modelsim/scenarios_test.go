@@ -10,8 +10,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/clawfarm/clawfarm/internal/rigsim"
-	"github.com/clawfarm/clawfarm/internal/rigsim/phone"
+	"github.com/clawfarm/clawfarm/internal/sim/rigsim"
+	"github.com/clawfarm/clawfarm/internal/sim/rigsim/phone"
 )
 
 // simRig is a rigsim rig behind HTTP with an MCP session to it.

@@ -15,7 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	openai "github.com/sashabaranov/go-openai"
 
-	"github.com/clawfarm/clawfarm/internal/modelsim"
+	"github.com/clawfarm/clawfarm/internal/sim/modelsim"
 )
 
 // driver is a small stand-in for the loop: it asks modelsim for turns, checks their

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/clawfarm/clawfarm/internal/rigsim/phone"
+	"github.com/clawfarm/clawfarm/internal/sim/rigsim/phone"
 )
 
 // Argument limits from RIG-CONTRACT.md, "The twelve tools".

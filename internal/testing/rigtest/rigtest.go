@@ -1,7 +1,7 @@
 // Package rigtest is an in-process fake rig for tests and benchmarks: an MCP
 // server (the official SDK's) over streamable HTTP with the rig's tool
 // shapes, returning a text line and a JPEG per call. It is not the rig
-// simulator (internal/rigsim); it only lets the loop's tests script a rig.
+// simulator (internal/sim/rigsim); it only lets the loop's tests script a rig.
 package rigtest
 
 import (

@@ -277,7 +277,7 @@ func TestFaultControlEndpoint(t *testing.T) {
 }
 
 func TestConfigFile(t *testing.T) {
-	cfg, err := LoadConfig("../../test/scenarios/rigs/glare.yaml")
+	cfg, err := LoadConfig("../../../test/scenarios/rigs/glare.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

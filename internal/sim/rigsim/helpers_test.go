@@ -12,7 +12,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/clawfarm/clawfarm/internal/rigsim/phone"
+	"github.com/clawfarm/clawfarm/internal/sim/rigsim/phone"
 )
 
 // testRig is a rig behind a real HTTP server with a real MCP client session.

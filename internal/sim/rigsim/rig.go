@@ -14,7 +14,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/clawfarm/clawfarm/internal/rigsim/phone"
+	"github.com/clawfarm/clawfarm/internal/sim/rigsim/phone"
 )
 
 // Rig is one simulated rig: a phone, its faults, its busy lock and its MCP server.
