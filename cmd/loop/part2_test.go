@@ -11,10 +11,10 @@ import (
 
 	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/sim/modelsim"
-	pt "github.com/clawfarm/clawfarm/internal/testing/providertest"
-	"github.com/clawfarm/clawfarm/internal/testing/rigtest"
 	"github.com/clawfarm/clawfarm/internal/sim/rigsim"
 	"github.com/clawfarm/clawfarm/internal/state"
+	pt "github.com/clawfarm/clawfarm/internal/testing/providertest"
+	"github.com/clawfarm/clawfarm/internal/testing/rigtest"
 )
 
 // simulated starts modelsim (the built-in scenarios, and those in

@@ -3,6 +3,8 @@
 // settings with their flag and environment names, and the termination message.
 // The loop writes it, the controller reads it; it is defined once, here, and
 // imports nothing of the project. docs/loop-contract.md is its prose twin.
+// It also names the tools an agent calls (tools.go), so the engine, the rig
+// client and the simulators spell each name the same way.
 package contract
 
 import "fmt"

@@ -28,8 +28,8 @@ import (
 	"github.com/clawfarm/clawfarm/internal/provider"
 	"github.com/clawfarm/clawfarm/internal/provider/openai"
 	"github.com/clawfarm/clawfarm/internal/rig"
-	"github.com/clawfarm/clawfarm/internal/testing/rigtest"
 	"github.com/clawfarm/clawfarm/internal/state"
+	"github.com/clawfarm/clawfarm/internal/testing/rigtest"
 )
 
 const (

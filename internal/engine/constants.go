@@ -27,21 +27,3 @@ const (
 	// cancel, so SIGTERM stops at a safe point (ours; within Kubernetes' 30 s grace).
 	SafePointGrace = 25 * time.Second
 )
-
-// Engine-side tool names (RIG-CONTRACT.md).
-const (
-	ToolNote           = "note"
-	ToolEndSession     = "end_session"
-	ToolUpdateProgress = "update_progress"
-	ToolAppendLog      = "append_log"
-	ToolSaveMemory     = "save_memory"
-	ToolReadMemory     = "read_memory"
-	ToolReadLogs       = "read_logs"
-	ToolUpdateMemory   = "update_memory"
-	ToolCreateJob      = "create_job"
-	ToolGetJob         = "get_job"
-	ToolListJobs       = "list_jobs"
-	ToolFinishJob      = "finish_job"
-	ToolWait           = "wait"
-	ToolSkill          = "Skill"
-)

@@ -52,7 +52,7 @@ func (s *Session) dispatch(ctx context.Context, calls []provider.ToolCall) *Endi
 			s.emit(events.ToolResult(s.state.Turn, c.Name, c.ID, err.Error(), true, 0, false))
 			continue
 		}
-		if c.Name != ToolNote {
+		if c.Name != contract.ToolNote {
 			acted = !blocked && !fault
 			modelFault = fault
 		}
@@ -85,7 +85,7 @@ func (s *Session) dispatch(ctx context.Context, calls []provider.ToolCall) *Endi
 // runCall validates one call, asks the hooks, and runs it locally or on the rig.
 func (s *Session) runCall(ctx context.Context, hc hooks.ToolCall, rawArgs string) (res hooks.ToolResult, blocked, fault bool, end *Ending, err error) {
 	local, isLocal := s.cfg.Tools.Lookup(hc.Name)
-	if s.lastChance && hc.Name != ToolNote && hc.Name != ToolEndSession {
+	if s.lastChance && hc.Name != contract.ToolNote && hc.Name != contract.ToolEndSession {
 		return hooks.ToolResult{IsError: true, Text: "not run: the turn limit is reached; only note and end_session run now"}, true, false, nil, nil
 	}
 	if !isLocal && !s.rigTools[hc.Name] {

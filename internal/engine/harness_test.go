@@ -17,8 +17,8 @@ import (
 	"github.com/clawfarm/clawfarm/internal/engine/redact"
 	"github.com/clawfarm/clawfarm/internal/provider"
 	"github.com/clawfarm/clawfarm/internal/provider/openai"
-	pt "github.com/clawfarm/clawfarm/internal/testing/providertest"
 	"github.com/clawfarm/clawfarm/internal/rig"
+	pt "github.com/clawfarm/clawfarm/internal/testing/providertest"
 	"github.com/clawfarm/clawfarm/internal/testing/rigtest"
 )
 

@@ -46,7 +46,7 @@ func (s *Session) judge(ctx context.Context, reply *provider.Reply) (calls []pro
 	}
 	var alone []string
 	if s.lastChance {
-		alone = []string{ToolEndSession}
+		alone = []string{contract.ToolEndSession}
 	}
 	v := turnshape.Check(names, alone...)
 	if !v.OK {

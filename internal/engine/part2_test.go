@@ -21,9 +21,9 @@ import (
 	"github.com/clawfarm/clawfarm/internal/engine/stuckguard"
 	"github.com/clawfarm/clawfarm/internal/engine/tokens"
 	"github.com/clawfarm/clawfarm/internal/provider"
-	pt "github.com/clawfarm/clawfarm/internal/testing/providertest"
 	"github.com/clawfarm/clawfarm/internal/rig"
 	"github.com/clawfarm/clawfarm/internal/state"
+	pt "github.com/clawfarm/clawfarm/internal/testing/providertest"
 )
 
 // part2 wires the part-2 policies as cmd/loop does, over a state directory.

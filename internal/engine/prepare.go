@@ -81,7 +81,7 @@ func (s *Session) request() *provider.Request {
 	if s.lastChance {
 		tools = nil
 		for _, t := range s.tools {
-			if t.Name == ToolNote || t.Name == ToolEndSession {
+			if t.Name == contract.ToolNote || t.Name == contract.ToolEndSession {
 				tools = append(tools, t)
 			}
 		}

@@ -152,7 +152,7 @@ func (r *Registry) Specs() []provider.ToolSpec {
 func noteTool() LocalTool {
 	return LocalTool{
 		Spec: provider.ToolSpec{
-			Name: ToolNote,
+			Name: contract.ToolNote,
 			Description: "Mandatory in every turn, beside exactly one other tool: one line of at most 20 words saying " +
 				"what this turn does and why. Notes are the only part of a turn that survives compaction. " +
 				"scratchpad (optional) replaces your free-form working notes.",
@@ -195,7 +195,7 @@ func noteTool() LocalTool {
 func endSessionTool() LocalTool {
 	return LocalTool{
 		Spec: provider.ToolSpec{
-			Name: ToolEndSession,
+			Name: contract.ToolEndSession,
 			Description: "Close the session. status: DONE (task complete), FAIL (it cannot be done), WAIT (a person must " +
 				"reply first), IDLE (nothing to do), STUCK (an unrecoverable problem; a fresh session will retry). " +
 				"recap: what happened, for whoever reads it next.",

@@ -18,6 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/provider"
 )
 
@@ -176,7 +177,7 @@ func (c *Client) connect(ctx context.Context) (*mcp.ClientSession, error) {
 		return nil, fmt.Errorf("connect to rig %s: %w", c.cfg.Endpoint, err)
 	}
 	var specs []provider.ToolSpec
-	ro := map[string]bool{"peek": true}
+	ro := map[string]bool{contract.ToolPeek: true}
 	for t, err := range s.Tools(cctx, nil) {
 		if err != nil {
 			s.Close()

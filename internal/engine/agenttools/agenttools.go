@@ -68,7 +68,7 @@ func args[T any](c *engine.Call) T {
 
 func (t *Tools) appendLog() engine.LocalTool {
 	return engine.LocalTool{
-		Spec: spec(engine.ToolAppendLog, "Append an entry to today's log in the rig's state: what you did or learned, for later sessions.",
+		Spec: spec(contract.ToolAppendLog, "Append an entry to today's log in the rig's state: what you did or learned, for later sessions.",
 			`{"type":"object","properties":{"entry":{"type":"string","minLength":1}},"required":["entry"],"additionalProperties":false}`),
 		Run: func(_ context.Context, c *engine.Call) engine.Output {
 			a := args[struct{ Entry string }](c)
@@ -82,7 +82,7 @@ func (t *Tools) appendLog() engine.LocalTool {
 
 func (t *Tools) saveMemory() engine.LocalTool {
 	return engine.LocalTool{
-		Spec: spec(engine.ToolSaveMemory, "Save a durable fact to memory.md (kept across sessions on this phone): passcodes hints, where things are, people's preferences.",
+		Spec: spec(contract.ToolSaveMemory, "Save a durable fact to memory.md (kept across sessions on this phone): passcodes hints, where things are, people's preferences.",
 			`{"type":"object","properties":{"text":{"type":"string","minLength":1}},"required":["text"],"additionalProperties":false}`),
 		Run: func(_ context.Context, c *engine.Call) engine.Output {
 			a := args[struct{ Text string }](c)
@@ -96,7 +96,7 @@ func (t *Tools) saveMemory() engine.LocalTool {
 
 func (t *Tools) readMemory() engine.LocalTool {
 	return engine.LocalTool{
-		Spec: spec(engine.ToolReadMemory, "Read memory.md: everything saved on this phone by earlier sessions.",
+		Spec: spec(contract.ToolReadMemory, "Read memory.md: everything saved on this phone by earlier sessions.",
 			`{"type":"object","properties":{},"additionalProperties":false}`),
 		Run: func(_ context.Context, _ *engine.Call) engine.Output {
 			m, err := t.Dir.ReadMemory()
@@ -113,7 +113,7 @@ func (t *Tools) readMemory() engine.LocalTool {
 
 func (t *Tools) readLogs() engine.LocalTool {
 	return engine.LocalTool{
-		Spec: spec(engine.ToolReadLogs, fmt.Sprintf("Read the newest log entries (default %d).", state.DefaultLogEntries),
+		Spec: spec(contract.ToolReadLogs, fmt.Sprintf("Read the newest log entries (default %d).", state.DefaultLogEntries),
 			fmt.Sprintf(`{"type":"object","properties":{"entries":{"type":"integer","minimum":1,"maximum":%d}},"additionalProperties":false}`, MaxReadLogs)),
 		Run: func(_ context.Context, c *engine.Call) engine.Output {
 			a := args[struct{ Entries int }](c)
@@ -136,7 +136,7 @@ func (t *Tools) readLogs() engine.LocalTool {
 
 func (t *Tools) updateMemory() engine.LocalTool {
 	return engine.LocalTool{
-		Spec: spec(engine.ToolUpdateMemory, "Replace one passage of memory.md: old must be its exact text, occurring once; new replaces it (empty: delete).",
+		Spec: spec(contract.ToolUpdateMemory, "Replace one passage of memory.md: old must be its exact text, occurring once; new replaces it (empty: delete).",
 			`{"type":"object","properties":{"old":{"type":"string","minLength":1},"new":{"type":"string"}},"required":["old","new"],"additionalProperties":false}`),
 		Run: func(_ context.Context, c *engine.Call) engine.Output {
 			a := args[struct{ Old, New string }](c)
@@ -150,7 +150,7 @@ func (t *Tools) updateMemory() engine.LocalTool {
 
 func (t *Tools) createJob() engine.LocalTool {
 	return engine.LocalTool{
-		Spec: spec(engine.ToolCreateJob, "Schedule a later session on this phone. schedule is a 5-field cron in UTC, \"M H D Mon W\": "+
+		Spec: spec(contract.ToolCreateJob, "Schedule a later session on this phone. schedule is a 5-field cron in UTC, \"M H D Mon W\": "+
 			"kind one-time (default) names one minute, e.g. \"30 14 2 12 *\"; kind periodic repeats, at least 30 minutes apart. "+
 			"context is what the woken session should know. Ending with WAIT after a one-time job uses it as the follow-up.",
 			`{"type":"object","properties":{"id":{"type":"string","minLength":1,"maxLength":40},"description":{"type":"string","minLength":1},`+
@@ -173,7 +173,7 @@ func (t *Tools) createJob() engine.LocalTool {
 
 func (t *Tools) getJob() engine.LocalTool {
 	return engine.LocalTool{
-		Spec: spec(engine.ToolGetJob, "Show one job by id.",
+		Spec: spec(contract.ToolGetJob, "Show one job by id.",
 			`{"type":"object","properties":{"id":{"type":"string","minLength":1}},"required":["id"],"additionalProperties":false}`),
 		Run: func(_ context.Context, c *engine.Call) engine.Output {
 			j, err := t.Dir.GetJob(args[struct{ ID string }](c).ID)
@@ -187,7 +187,7 @@ func (t *Tools) getJob() engine.LocalTool {
 
 func (t *Tools) listJobs() engine.LocalTool {
 	return engine.LocalTool{
-		Spec: spec(engine.ToolListJobs, "List the jobs on this phone, optionally only those with a status.",
+		Spec: spec(contract.ToolListJobs, "List the jobs on this phone, optionally only those with a status.",
 			`{"type":"object","properties":{"status":{"type":"string","enum":["active","done","fail","cancel","all"]}},"additionalProperties":false}`),
 		Run: func(_ context.Context, c *engine.Call) engine.Output {
 			jobs, err := t.Dir.ListJobs(args[struct{ Status string }](c).Status)
@@ -245,7 +245,7 @@ func describe(j state.Job) string {
 
 func (t *Tools) finishJob() engine.LocalTool {
 	return engine.LocalTool{
-		Spec: spec(engine.ToolFinishJob, "Finish a job: done, fail, or cancel (a cancelled periodic job stops firing).",
+		Spec: spec(contract.ToolFinishJob, "Finish a job: done, fail, or cancel (a cancelled periodic job stops firing).",
 			`{"type":"object","properties":{"id":{"type":"string","minLength":1},"status":{"type":"string","enum":["done","fail","cancel"]},`+
 				`"recap":{"type":"string"}},"required":["id","status","recap"],"additionalProperties":false}`),
 		Run: func(_ context.Context, c *engine.Call) engine.Output {
@@ -263,7 +263,7 @@ func (t *Tools) finishJob() engine.LocalTool {
 
 func (t *Tools) wait() engine.LocalTool {
 	return engine.LocalTool{
-		Spec: spec(engine.ToolWait, fmt.Sprintf("Wait %d-%d seconds for the phone (a slow load), then look again.", MinWaitSeconds, MaxWaitSeconds),
+		Spec: spec(contract.ToolWait, fmt.Sprintf("Wait %d-%d seconds for the phone (a slow load), then look again.", MinWaitSeconds, MaxWaitSeconds),
 			fmt.Sprintf(`{"type":"object","properties":{"seconds":{"type":"integer","minimum":%d,"maximum":%d}},"required":["seconds"],"additionalProperties":false}`, MinWaitSeconds, MaxWaitSeconds)),
 		Run: func(ctx context.Context, c *engine.Call) engine.Output {
 			n := args[struct{ Seconds int }](c).Seconds
@@ -285,7 +285,7 @@ func (t *Tools) skill() engine.LocalTool {
 	}
 	enum, _ := json.Marshal(names)
 	return engine.LocalTool{
-		Spec: spec(engine.ToolSkill, "Load a skill (a written workflow; the index is in the system prompt) and follow it. "+
+		Spec: spec(contract.ToolSkill, "Load a skill (a written workflow; the index is in the system prompt) and follow it. "+
 			"reference loads one of its reference files instead.",
 			`{"type":"object","properties":{"name":{"type":"string","enum":`+string(enum)+`},"reference":{"type":"string"}},"required":["name"],"additionalProperties":false}`),
 		Run: func(_ context.Context, c *engine.Call) engine.Output {

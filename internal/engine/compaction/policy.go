@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/engine/hooks"
 	"github.com/clawfarm/clawfarm/internal/provider"
 )
@@ -28,10 +29,11 @@ const (
 	OverflowResultChars = 2000
 )
 
-// Tool names whose results fold verbatim (RIG-CONTRACT.md).
+// The tools whose results a fold keeps verbatim: what the agent loaded from
+// the rig's memory and logs, and the skills it loaded (docs/engine.md).
 var (
-	MemoryTools = map[string]bool{"read_memory": true, "read_logs": true}
-	SkillTools  = map[string]bool{"Skill": true}
+	MemoryTools = map[string]bool{contract.ToolReadMemory: true, contract.ToolReadLogs: true}
+	SkillTools  = map[string]bool{contract.ToolSkill: true}
 )
 
 // The fold message: one user message right after the opening one, with three slots.
@@ -111,7 +113,7 @@ func fold(head []provider.Message, turns [][]provider.Message, keep int) []provi
 	for _, t := range folded {
 		sum := "(a turn without a note)"
 		for _, c := range t[0].ToolCalls {
-			if c.Name == "note" {
+			if c.Name == contract.ToolNote {
 				var a struct{ Summary string }
 				if json.Unmarshal([]byte(c.Arguments), &a) == nil && a.Summary != "" {
 					sum = strings.Join(strings.Fields(a.Summary), " ")
@@ -224,7 +226,7 @@ func LatestScreen(msgs []provider.Message) ([]provider.Message, bool) {
 		}
 		// The result the screen came from: the newest non-note result before it.
 		for k := len(out) - 1; k >= 0 && out[k].Role == provider.RoleTool; k-- {
-			if out[k].ToolName != "note" {
+			if out[k].ToolName != contract.ToolNote {
 				out[k].Text = Stub(out[k].ToolName, out[k].Text)
 				break
 			}

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/engine"
 	"github.com/clawfarm/clawfarm/internal/engine/hooks"
 	"github.com/clawfarm/clawfarm/internal/provider"
@@ -39,10 +40,11 @@ const (
 	Done       = "done"
 )
 
-// Gestures are the rig tools that act on the phone (RIG-CONTRACT.md); peek and
-// screenshot only look.
-var Gestures = map[string]bool{"tap": true, "double_tap": true, "long_press": true, "swipe": true, "home_screen": true,
-	"go_back": true, "force_quit": true, "unlock_phone": true, "send_to_clipboard": true, "sequence": true}
+// Gestures are the rig tools that act on the phone (docs/rig-contract.md);
+// peek and screenshot only look.
+var Gestures = map[string]bool{contract.ToolTap: true, contract.ToolDoubleTap: true, contract.ToolLongPress: true,
+	contract.ToolSwipe: true, contract.ToolHomeScreen: true, contract.ToolGoBack: true, contract.ToolForceQuit: true,
+	contract.ToolUnlockPhone: true, contract.ToolSendToClipboard: true, contract.ToolSequence: true}
 
 // Policy is the plan: its tool, its tail, the gate and the watchdog. It reads
 // and writes the session's State.
@@ -58,7 +60,7 @@ func New(s *engine.State) *Policy { return &Policy{State: s} }
 func (p *Policy) Tool() engine.LocalTool {
 	return engine.LocalTool{
 		Spec: provider.ToolSpec{
-			Name: engine.ToolUpdateProgress,
+			Name: contract.ToolUpdateProgress,
 			Description: fmt.Sprintf("Write your plan; it is shown at the end of every request. user_said: what the person asked, "+
 				"in their words; understanding: what you take it to mean; steps: up to %d ordered steps, exactly one in_progress. "+
 				"Fields you leave out keep their value.", MaxSteps),
@@ -166,7 +168,7 @@ func (p *Policy) Tail(s *engine.State) []provider.Message {
 func (p *Policy) BeforeToolCall(_ context.Context, c hooks.ToolCall) hooks.Decision {
 	s := p.State
 	switch c.Name {
-	case engine.ToolNote, engine.ToolUpdateProgress, engine.ToolEndSession:
+	case contract.ToolNote, contract.ToolUpdateProgress, contract.ToolEndSession:
 		return hooks.Decision{}
 	}
 	if s.Plan == nil && s.Unplanned >= GateTurns {

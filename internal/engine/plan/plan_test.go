@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/engine"
 	"github.com/clawfarm/clawfarm/internal/engine/hooks"
 )
@@ -20,7 +21,7 @@ func steps(statuses ...string) string {
 }
 
 func update(p *Policy, args string) engine.Output {
-	return p.Tool().Run(context.Background(), &engine.Call{Name: engine.ToolUpdateProgress, Args: json.RawMessage(args), State: p.State})
+	return p.Tool().Run(context.Background(), &engine.Call{Name: contract.ToolUpdateProgress, Args: json.RawMessage(args), State: p.State})
 }
 
 func TestUpdateProgressRule(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"math"
 	"strings"
 
+	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/engine"
 	"github.com/clawfarm/clawfarm/internal/engine/hooks"
 	"github.com/clawfarm/clawfarm/internal/engine/plan"
@@ -54,7 +55,7 @@ func Target(name string, args json.RawMessage) string {
 	if a.Direction != "" {
 		key += ":" + a.Direction
 	}
-	if name == "sequence" || name == "send_to_clipboard" {
+	if name == contract.ToolSequence || name == contract.ToolSendToClipboard {
 		key += ":" + string(args)
 	}
 	return key

@@ -8,10 +8,9 @@ package turnshape
 import (
 	"fmt"
 	"strings"
-)
 
-// Note is the mandatory narrating tool.
-const Note = "note"
+	"github.com/clawfarm/clawfarm/internal/contract"
+)
 
 // Verdict is the check's answer.
 type Verdict struct {
@@ -42,13 +41,13 @@ func Check(names []string, alone ...string) Verdict {
 			"resend %s together with note(summary).", others[0], others[0]))
 	case notes >= 1 && len(others) == 0:
 		if notes > 1 {
-			return reject(Note, fmt.Sprintf("You called note %d times and no other tool. Every turn is exactly one note plus "+
+			return reject(contract.ToolNote, fmt.Sprintf("You called note %d times and no other tool. Every turn is exactly one note plus "+
 				"exactly one other tool: resend one note with the action you meant.", notes))
 		}
-		return reject(Note, "You called only note. Every turn is exactly one note plus exactly one other tool: "+
+		return reject(contract.ToolNote, "You called only note. Every turn is exactly one note plus exactly one other tool: "+
 			"resend your note together with the one action you meant to take.")
 	case notes > 1:
-		return reject(Note, fmt.Sprintf("You called note %d times. Every turn is exactly one note plus exactly one other tool: "+
+		return reject(contract.ToolNote, fmt.Sprintf("You called note %d times. Every turn is exactly one note plus exactly one other tool: "+
 			"resend with a single note and %s.", notes, strings.Join(others, " or ")))
 	default: // two or more other tools
 		extra := strings.Join(others[1:], ", ")
@@ -68,7 +67,7 @@ func reject(offending, corrective string) Verdict {
 
 func split(names []string) (notes int, others []string) {
 	for _, n := range names {
-		if n == Note {
+		if n == contract.ToolNote {
 			notes++
 		} else {
 			others = append(others, n)

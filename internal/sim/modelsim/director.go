@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+
+	"github.com/clawfarm/clawfarm/internal/contract"
 )
 
 // maxLooks is how many retry turns (peeks, unlocks) a step gets before the script gives up STUCK.
@@ -39,7 +41,7 @@ func (sess *Session) next(t transcript) (reply, *Step) {
 // lookAgain returns a retry turn when the screen is not what the step needs yet.
 func (st *Step) lookAgain(t transcript) (reply, bool) {
 	label := st.needs()
-	if label == "" || st.Call != nil && st.Call.Name == "unlock_phone" {
+	if label == "" || st.Call != nil && st.Call.Name == contract.ToolUnlockPhone {
 		return reply{}, false
 	}
 	if t.listing != nil && shows(t.listing, label) {
@@ -50,10 +52,10 @@ func (st *Step) lookAgain(t transcript) (reply, bool) {
 	}
 	for _, l := range lockScreenLabels {
 		if t.listing != nil && shows(t.listing, l) {
-			return turn(t, retryMarker+" the phone is locked; unlocking it", call("unlock_phone", map[string]any{})), true
+			return turn(t, retryMarker+" the phone is locked; unlocking it", call(contract.ToolUnlockPhone, map[string]any{})), true
 		}
 	}
-	return turn(t, fmt.Sprintf("%s %q is not on the screen yet", retryMarker, label), call("peek", map[string]any{})), true
+	return turn(t, fmt.Sprintf("%s %q is not on the screen yet", retryMarker, label), call(contract.ToolPeek, map[string]any{})), true
 }
 
 // needs is the label the step must see on screen before it can act.
@@ -81,17 +83,17 @@ func (st *Step) action(listing []element) toolCall {
 	}
 	switch {
 	case st.Peek:
-		return call("peek", map[string]any{})
+		return call(contract.ToolPeek, map[string]any{})
 	case st.Screenshot:
-		return call("screenshot", map[string]any{})
+		return call(contract.ToolScreenshot, map[string]any{})
 	case st.Tap != "":
-		return call("tap", at(st.Tap))
+		return call(contract.ToolTap, at(st.Tap))
 	case st.DoubleTap != "":
-		return call("double_tap", at(st.DoubleTap))
+		return call(contract.ToolDoubleTap, at(st.DoubleTap))
 	case st.LongPress != "":
-		return call("long_press", at(st.LongPress))
+		return call(contract.ToolLongPress, at(st.LongPress))
 	case st.Clipboard != "":
-		return call("send_to_clipboard", map[string]any{"text": st.Clipboard})
+		return call(contract.ToolSendToClipboard, map[string]any{"text": st.Clipboard})
 	case st.Swipe != nil:
 		args := map[string]any{"direction": st.Swipe.Direction}
 		if st.Swipe.Label != "" {
@@ -105,7 +107,7 @@ func (st *Step) action(listing []element) toolCall {
 		if st.Swipe.Speed != "" {
 			args["speed"] = st.Swipe.Speed
 		}
-		return call("swipe", args)
+		return call(contract.ToolSwipe, args)
 	case st.Call != nil:
 		args := st.Call.Arguments
 		if args == nil {
@@ -177,8 +179,10 @@ func call(name string, args any) toolCall {
 	return toolCall{Function: functionCall{Name: name, Arguments: string(b)}}
 }
 
-func noteCall(summary string) toolCall { return call("note", map[string]any{"summary": summary}) }
+func noteCall(summary string) toolCall {
+	return call(contract.ToolNote, map[string]any{"summary": summary})
+}
 
 func endCall(status, recap string) toolCall {
-	return call("end_session", map[string]any{"status": status, "recap": recap})
+	return call(contract.ToolEndSession, map[string]any{"status": status, "recap": recap})
 }

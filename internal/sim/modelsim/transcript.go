@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/clawfarm/clawfarm/internal/contract"
 )
 
 // listingHeader opens every rig element listing (RIG-CONTRACT.md, "What comes back").
@@ -62,7 +64,7 @@ func readTranscript(msgs []chatMessage) transcript {
 
 func isRetry(m chatMessage) bool {
 	for _, c := range m.ToolCalls {
-		if c.Function.Name != "note" {
+		if c.Function.Name != contract.ToolNote {
 			continue
 		}
 		var a struct {

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/clawfarm/clawfarm/internal/contract"
 )
 
 // Faults are the failures a rig produces on demand (RIG-CONTRACT.md, "How real rigs fail").
@@ -43,7 +45,7 @@ func (f Faults) Validate() error {
 	}
 	for tool, d := range f.Latency {
 		if _, ok := typicalDuration[tool]; !ok {
-			return fmt.Errorf("fault latency.%s: no such tool; want one of %s", tool, strings.Join(ToolNames, ", "))
+			return fmt.Errorf("fault latency.%s: no such tool; want one of %s", tool, strings.Join(contract.RigTools, ", "))
 		}
 		if d < 0 {
 			return fmt.Errorf("fault latency.%s=%s: want a duration of zero or more", tool, time.Duration(d))
@@ -66,16 +68,16 @@ func (f Faults) healthy(field string) bool {
 // typicalDuration is how long each tool takes on a real rig (RIG-CONTRACT.md, the tool table).
 // The simulated clock advances by it; the wall clock sleeps it times the time scale.
 var typicalDuration = map[string]time.Duration{
-	"peek":              4 * time.Second,
-	"screenshot":        12 * time.Second,
-	"tap":               2 * time.Second,
-	"double_tap":        2 * time.Second,
-	"long_press":        3 * time.Second,
-	"swipe":             3 * time.Second,
-	"home_screen":       3 * time.Second,
-	"go_back":           3 * time.Second,
-	"force_quit":        8 * time.Second,
-	"unlock_phone":      15 * time.Second,
-	"send_to_clipboard": 6 * time.Second,
-	"sequence":          2 * time.Second, // plus each step's own
+	contract.ToolPeek:            4 * time.Second,
+	contract.ToolScreenshot:      12 * time.Second,
+	contract.ToolTap:             2 * time.Second,
+	contract.ToolDoubleTap:       2 * time.Second,
+	contract.ToolLongPress:       3 * time.Second,
+	contract.ToolSwipe:           3 * time.Second,
+	contract.ToolHomeScreen:      3 * time.Second,
+	contract.ToolGoBack:          3 * time.Second,
+	contract.ToolForceQuit:       8 * time.Second,
+	contract.ToolUnlockPhone:     15 * time.Second,
+	contract.ToolSendToClipboard: 6 * time.Second,
+	contract.ToolSequence:        2 * time.Second, // plus each step's own
 }

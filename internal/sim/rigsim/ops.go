@@ -10,6 +10,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/sim/rigsim/phone"
 )
 
@@ -103,7 +104,7 @@ func (r *Rig) runLook(ctx context.Context, tool string) *mcp.CallToolResult {
 		return errResult(tool, err)
 	}
 	defer release()
-	camera := tool == "peek"
+	camera := tool == contract.ToolPeek
 	if !camera && !r.Faults().healthy("bridge") {
 		r.sleep(ctx, tool, 0)
 		return errResult(tool, errScreenshotTimeout)
@@ -177,7 +178,7 @@ func checkAT(tool string, b bbox) error {
 }
 
 func (r *Rig) tap(b bbox) (string, error) {
-	if err := checkAT("tap", b); err != nil {
+	if err := checkAT(contract.ToolTap, b); err != nil {
 		return "", err
 	}
 	r.touchAt(b, r.phone.Tap)
@@ -185,7 +186,7 @@ func (r *Rig) tap(b bbox) (string, error) {
 }
 
 func (r *Rig) doubleTap(b bbox) (string, error) {
-	if err := checkAT("double_tap", b); err != nil {
+	if err := checkAT(contract.ToolDoubleTap, b); err != nil {
 		return "", err
 	}
 	r.touchAt(b, r.phone.DoubleTap)
@@ -193,7 +194,7 @@ func (r *Rig) doubleTap(b bbox) (string, error) {
 }
 
 func (r *Rig) longPress(b bbox) (string, error) {
-	if err := checkAT("long_press", b); err != nil {
+	if err := checkAT(contract.ToolLongPress, b); err != nil {
 		return "", err
 	}
 	r.touchAt(b, r.phone.LongPress)
@@ -249,15 +250,15 @@ func (r *Rig) sequence(steps []step) (string, error) {
 		var line string
 		var err error
 		switch s.tool {
-		case "tap":
+		case contract.ToolTap:
 			line, err = r.tap(s.box)
-		case "double_tap":
+		case contract.ToolDoubleTap:
 			line, err = r.doubleTap(s.box)
-		case "long_press":
+		case contract.ToolLongPress:
 			line, err = r.longPress(s.box)
-		case "swipe":
+		case contract.ToolSwipe:
 			line, err = r.swipe(s.swipe)
-		case "send_to_clipboard":
+		case contract.ToolSendToClipboard:
 			line, err = r.sendToClipboard(s.text)
 		}
 		if err != nil {
@@ -280,17 +281,17 @@ func sequenceTime(steps []step) time.Duration {
 // hint is the advice line after a gesture.
 func hint(tool string, changed bool) string {
 	switch {
-	case tool == "send_to_clipboard":
+	case tool == contract.ToolSendToClipboard:
 		return "next: `long_press` the target field, then `tap` the Paste button that appears"
-	case tool == "long_press" && changed:
+	case tool == contract.ToolLongPress && changed:
 		return "a menu or popover opened: tap its item (Paste, Copy…) with a bbox from this view"
-	case tool == "unlock_phone" && changed:
+	case tool == contract.ToolUnlockPhone && changed:
 		return "check this view: the home screen or an app means the phone is unlocked"
-	case tool == "swipe" && !changed:
+	case tool == contract.ToolSwipe && !changed:
 		return "nothing moved: the list may be at its end, or try a longer size or another spot"
 	case !changed:
 		return "the gesture may have missed (retry once) or the bbox was wrong: pick a target from this view"
-	case tool == "sequence":
+	case tool == contract.ToolSequence:
 		return "check this view to see where the sequence left the screen"
 	}
 	return "this view is the screen after the gesture: plan the next move from it"

@@ -7,11 +7,9 @@ import (
 	"slices"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-)
 
-// ToolNames are the twelve rig tools in wire order (RIG-CONTRACT.md, "The twelve tools, in wire order").
-var ToolNames = []string{"peek", "screenshot", "tap", "double_tap", "long_press", "swipe",
-	"home_screen", "go_back", "force_quit", "unlock_phone", "send_to_clipboard", "sequence"}
+	"github.com/clawfarm/clawfarm/internal/contract"
+)
 
 // Identity is what the rig says it is at the MCP handshake: a PhysiClaw server.
 var Identity = mcp.Implementation{Name: "physiclaw", Version: "0.4.3"}
@@ -90,40 +88,40 @@ func lookTool(name, description string) toolSpec {
 
 // tools are the twelve, in wire order.
 var tools = []toolSpec{
-	lookTool("peek", "Look at the phone through the overhead camera (~4 s, changes nothing). Returns a JPEG with icon boxes drawn and the element listing, one row per element: id [kind] \"label\" [left,top,right,bottom] conf."),
-	lookTool("screenshot", "Take the phone's own screenshot (~12 s, sharper than peek, and it does touch the phone). Use when peek misses a target or glare makes it unreadable. Same return shape as peek."),
-	bboxTool("tap", "Tap once at the centre of bbox: buttons, links, list items.", (*Rig).tap),
-	bboxTool("double_tap", "Two quick taps (~150 ms apart) at the centre of bbox: zoom, word select.", (*Rig).doubleTap),
-	bboxTool("long_press", "Press and hold ~1.2 s at the centre of bbox: context menus, the Paste menu on a text field.", (*Rig).longPress),
-	{"swipe", "Slide the stylus from the centre of bbox in direction (the stylus's motion: swipe up scrolls the page down).",
+	lookTool(contract.ToolPeek, "Look at the phone through the overhead camera (~4 s, changes nothing). Returns a JPEG with icon boxes drawn and the element listing, one row per element: id [kind] \"label\" [left,top,right,bottom] conf."),
+	lookTool(contract.ToolScreenshot, "Take the phone's own screenshot (~12 s, sharper than peek, and it does touch the phone). Use when peek misses a target or glare makes it unreadable. Same return shape as peek."),
+	bboxTool(contract.ToolTap, "Tap once at the centre of bbox: buttons, links, list items.", (*Rig).tap),
+	bboxTool(contract.ToolDoubleTap, "Two quick taps (~150 ms apart) at the centre of bbox: zoom, word select.", (*Rig).doubleTap),
+	bboxTool(contract.ToolLongPress, "Press and hold ~1.2 s at the centre of bbox: context menus, the Paste menu on a text field.", (*Rig).longPress),
+	{contract.ToolSwipe, "Slide the stylus from the centre of bbox in direction (the stylus's motion: swipe up scrolls the page down).",
 		object(swipeProperties, "bbox", "direction"), func(ctx context.Context, r *Rig, raw json.RawMessage) *mcp.CallToolResult {
 			a, err := parseArgs(raw, "bbox", "direction", "size", "speed")
 			if err != nil {
-				return errResult("swipe", err)
+				return errResult(contract.ToolSwipe, err)
 			}
 			s, err := parseSwipe(a)
 			if err != nil {
-				return errResult("swipe", err)
+				return errResult(contract.ToolSwipe, err)
 			}
-			return r.runGesture(ctx, "swipe", 0, func(r *Rig) (string, error) { return r.swipe(s) })
+			return r.runGesture(ctx, contract.ToolSwipe, 0, func(r *Rig) (string, error) { return r.swipe(s) })
 		}},
-	bareTool("home_screen", "Go to the home screen (from the home screen it opens the app switcher).", (*Rig).homeScreen),
-	bareTool("go_back", "Go back one screen with the edge swipe; does nothing at an app's root.", (*Rig).goBack),
-	bareTool("force_quit", "Quit the app in the foreground (~8 s) and return to the home screen.", (*Rig).forceQuit),
-	bareTool("unlock_phone", "Wake the phone and enter the passcode (12-40 s). If it fails, nothing else can work: end the session STUCK.", (*Rig).unlockPhone),
-	{"send_to_clipboard", "Put text on the phone's clipboard; then long_press the field and tap Paste.",
+	bareTool(contract.ToolHomeScreen, "Go to the home screen (from the home screen it opens the app switcher).", (*Rig).homeScreen),
+	bareTool(contract.ToolGoBack, "Go back one screen with the edge swipe; does nothing at an app's root.", (*Rig).goBack),
+	bareTool(contract.ToolForceQuit, "Quit the app in the foreground (~8 s) and return to the home screen.", (*Rig).forceQuit),
+	bareTool(contract.ToolUnlockPhone, "Wake the phone and enter the passcode (12-40 s). If it fails, nothing else can work: end the session STUCK.", (*Rig).unlockPhone),
+	{contract.ToolSendToClipboard, "Put text on the phone's clipboard; then long_press the field and tap Paste.",
 		object(schema{"text": clipboardTextSchema}, "text"), func(ctx context.Context, r *Rig, raw json.RawMessage) *mcp.CallToolResult {
 			a, err := parseArgs(raw, "text")
 			if err != nil {
-				return errResult("send_to_clipboard", err)
+				return errResult(contract.ToolSendToClipboard, err)
 			}
 			text, err := parseClipboardText(a["text"])
 			if err != nil {
-				return errResult("send_to_clipboard", err)
+				return errResult(contract.ToolSendToClipboard, err)
 			}
-			return r.runGesture(ctx, "send_to_clipboard", 0, func(r *Rig) (string, error) { return r.sendToClipboard(text) })
+			return r.runGesture(ctx, contract.ToolSendToClipboard, 0, func(r *Rig) (string, error) { return r.sendToClipboard(text) })
 		}},
-	{"sequence", "Run 2 to 5 steps under one lock; stops at the first failure, nothing is rolled back. Each step is {tool_name, arg}: a bbox for tap/double_tap/long_press, {bbox, direction, size?, speed?} for swipe, a string for send_to_clipboard.",
+	{contract.ToolSequence, "Run 2 to 5 steps under one lock; stops at the first failure, nothing is rolled back. Each step is {tool_name, arg}: a bbox for tap/double_tap/long_press, {bbox, direction, size?, speed?} for swipe, a string for send_to_clipboard.",
 		object(schema{"actions": schema{
 			"type": "array", "minItems": minSequenceSteps, "maxItems": maxSequenceSteps,
 			"items": object(schema{
@@ -133,13 +131,13 @@ var tools = []toolSpec{
 		}}, "actions"), func(ctx context.Context, r *Rig, raw json.RawMessage) *mcp.CallToolResult {
 			a, err := parseArgs(raw, "actions")
 			if err != nil {
-				return errResult("sequence", err)
+				return errResult(contract.ToolSequence, err)
 			}
 			steps, err := parseSequence(a)
 			if err != nil {
-				return errResult("sequence", err)
+				return errResult(contract.ToolSequence, err)
 			}
-			return r.runGesture(ctx, "sequence", sequenceTime(steps), func(r *Rig) (string, error) { return r.sequence(steps) })
+			return r.runGesture(ctx, contract.ToolSequence, sequenceTime(steps), func(r *Rig) (string, error) { return r.sequence(steps) })
 		}},
 }
 
@@ -163,7 +161,7 @@ func wireOrder(next mcp.MethodHandler) mcp.MethodHandler {
 		res, err := next(ctx, method, req)
 		if lt, ok := res.(*mcp.ListToolsResult); ok && err == nil {
 			slices.SortStableFunc(lt.Tools, func(a, b *mcp.Tool) int {
-				return slices.Index(ToolNames, a.Name) - slices.Index(ToolNames, b.Name)
+				return slices.Index(contract.RigTools, a.Name) - slices.Index(contract.RigTools, b.Name)
 			})
 		}
 		return res, err

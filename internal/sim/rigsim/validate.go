@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/sim/rigsim/phone"
 )
 
@@ -23,7 +24,7 @@ var (
 	// swipeSizes are the stroke lengths as fractions of the screen.
 	swipeSizes     = map[string]float64{"s": 0.10, "m": 0.30, "l": 0.50, "xl": 0.75, "xxl": 0.90}
 	swipeSizeOrder = []string{"s", "m", "l", "xl", "xxl"}
-	sequenceTools  = []string{"tap", "double_tap", "long_press", "swipe", "send_to_clipboard"}
+	sequenceTools  = []string{contract.ToolTap, contract.ToolDoubleTap, contract.ToolLongPress, contract.ToolSwipe, contract.ToolSendToClipboard}
 )
 
 // args are a tool call's arguments, checked for names the tool does not take.
@@ -175,14 +176,14 @@ func parseSequence(a args) ([]step, error) {
 		arg := it["arg"]
 		var err error
 		switch s.tool {
-		case "tap", "double_tap", "long_press":
+		case contract.ToolTap, contract.ToolDoubleTap, contract.ToolLongPress:
 			s.box, err = parseBBox(arg)
-		case "swipe":
+		case contract.ToolSwipe:
 			var sa args
 			if sa, err = parseArgs(arg, "bbox", "direction", "size", "speed"); err == nil {
 				s.swipe, err = parseSwipe(sa)
 			}
-		case "send_to_clipboard":
+		case contract.ToolSendToClipboard:
 			s.text, err = parseClipboardText(arg)
 		}
 		if err != nil {

@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/clawfarm/clawfarm/internal/contract"
 )
 
 // Instructions is the fake rig's doctrine text.
@@ -52,10 +54,10 @@ func New() *Rig {
 			return r.handle(name, req.Params.Arguments), nil
 		})
 	}
-	add("peek", "overhead camera photo", noArgs, true)
-	add("tap", "tap at the bbox centre", bboxSchema, false)
-	add("home_screen", "go home", noArgs, false)
-	add("force_quit", "quit the current app", noArgs, false)
+	add(contract.ToolPeek, "overhead camera photo", noArgs, true)
+	add(contract.ToolTap, "tap at the bbox centre", bboxSchema, false)
+	add(contract.ToolHomeScreen, "go home", noArgs, false)
+	add(contract.ToolForceQuit, "quit the current app", noArgs, false)
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{JSONResponse: true})
 	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if r.down.Load() {
@@ -96,7 +98,7 @@ func (r *Rig) Log() []string {
 }
 
 func (r *Rig) handle(name string, args json.RawMessage) *mcp.CallToolResult {
-	if name != "peek" && r.Busy.Load() > 0 {
+	if name != contract.ToolPeek && r.Busy.Load() > 0 {
 		r.Busy.Add(-1)
 		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "busy, retry"}}}
 	}
