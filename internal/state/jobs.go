@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// MinPeriodicGap is how close two runs of a periodic job may be (issue 4: at least 30 minutes apart).
+// MinPeriodicGap is how close two runs of a periodic job may be.
 const MinPeriodicGap = 30 * time.Minute
 
 // Job kinds and statuses.
@@ -77,8 +77,10 @@ func (d *Dir) CreateJob(now time.Time, n NewJob) (Job, error) {
 			return Job{}, fmt.Errorf("create_job: a one-time schedule names one minute, \"M H D Mon *\" in UTC (e.g. \"30 14 2 12 *\"); %q does not", n.Schedule)
 		}
 	case KindPeriodic:
-		if g := c.MinGap(); g < MinPeriodicGap {
-			return Job{}, fmt.Errorf("create_job: periodic schedule %q fires %s apart; periodic jobs must be at least %s apart", n.Schedule, g, MinPeriodicGap)
+		if a, b, ok := c.closest(now); ok && b.Sub(a) < MinPeriodicGap {
+			return Job{}, fmt.Errorf("create_job: periodic schedule %q fires at %s and again at %s, %s apart; periodic jobs must be at least %s apart: "+
+				"fire at fewer minutes or hours (e.g. \"0 * * * *\" is hourly, \"0,30 9 * * *\" is 9:00 and 9:30)",
+				n.Schedule, clock(a, a), clock(a, b), b.Sub(a), MinPeriodicGap)
 		}
 	}
 	next, ok := c.Next(now)
