@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/clawfarm/clawfarm/internal/clock"
 	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/engine/backoff"
 	"github.com/clawfarm/clawfarm/internal/engine/breaker"
@@ -180,17 +181,5 @@ type RealClock struct{}
 // Now is time.Now.
 func (RealClock) Now() time.Time { return time.Now() }
 
-// Sleep waits for d or until ctx ends.
-func (RealClock) Sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
+// Sleep waits for d or until ctx ends (clock.Sleep).
+func (RealClock) Sleep(ctx context.Context, d time.Duration) error { return clock.Sleep(ctx, d) }

@@ -18,6 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/clawfarm/clawfarm/internal/clock"
 	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/provider"
 )
@@ -74,7 +75,7 @@ func (c Config) withDefaults() Config {
 		c.CallTimeout = DefaultCallTimeout
 	}
 	if c.Sleep == nil {
-		c.Sleep = sleep
+		c.Sleep = clock.Sleep
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -289,15 +290,4 @@ func convert(res *mcp.CallToolResult) Result {
 	}
 	r.Text = strings.Join(texts, "\n")
 	return r
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

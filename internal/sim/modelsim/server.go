@@ -16,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/clawfarm/clawfarm/internal/clock"
 )
 
 // ModelPrefix names scenarios as models: "sim/timer".
@@ -114,8 +116,8 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		f := st.Fault
 		if f.SlowFirstByte != "" {
 			d, _ := time.ParseDuration(f.SlowFirstByte)
-			if !sleep(r, d) {
-				return
+			if clock.Sleep(r.Context(), d) != nil {
+				return // the client went away
 			}
 		}
 		switch f.Status {
@@ -139,7 +141,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if stall > 0 {
-		sleep(r, stall)
+		_ = clock.Sleep(r.Context(), stall)
 		panic(http.ErrAbortHandler) // the connection breaks without an answer
 	}
 	msg := responseMessage{Role: "assistant", ToolCalls: rep.calls}
@@ -194,17 +196,6 @@ func usageOf(req chatRequest, rep reply) usage {
 	p := (in+bytesPerToken-1)/bytesPerToken + images*imageTokens
 	c := (out + bytesPerToken - 1) / bytesPerToken
 	return usage{PromptTokens: p, CompletionTokens: c, TotalTokens: p + c, PromptTokensDetails: &promptTokensDetails{}}
-}
-
-func sleep(r *http.Request, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-r.Context().Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 func shortHash(b []byte) string {

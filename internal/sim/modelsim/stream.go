@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/clawfarm/clawfarm/internal/clock"
 )
 
 // argumentFragment is how many bytes of a tool call's arguments each stream chunk carries.
@@ -33,7 +35,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, req chatRequest,
 	empty := ""
 	send(one(delta{Role: "assistant", Content: &empty}, nil))
 	if stall > 0 {
-		sleep(r, stall)
+		_ = clock.Sleep(r.Context(), stall)
 		panic(http.ErrAbortHandler)
 	}
 	if rep.content != "" {

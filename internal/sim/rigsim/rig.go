@@ -14,6 +14,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/clawfarm/clawfarm/internal/clock"
 	"github.com/clawfarm/clawfarm/internal/sim/rigsim/phone"
 )
 
@@ -172,13 +173,6 @@ func (r *Rig) sleep(ctx context.Context, tool string, extra time.Duration) time.
 	}
 	r.mu.Unlock()
 	d += extra
-	if real := time.Duration(float64(d) * r.cfg.TimeScale); real > 0 {
-		t := time.NewTimer(real)
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		}
-	}
+	_ = clock.Sleep(ctx, time.Duration(float64(d)*r.cfg.TimeScale)) // a cancelled call stops waiting; the phone still advances by d
 	return d
 }
