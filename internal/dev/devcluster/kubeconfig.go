@@ -1,34 +1,31 @@
 package devcluster
 
 import (
-	"fmt"
 	"os"
+
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
-// writeKubeconfig writes a kubeconfig for one client identity of the PKI.
+// kubeconfigName names the cluster, context and current context of every
+// kubeconfig the dev cluster writes.
+const kubeconfigName = "clawfarm-dev"
+
+// writeKubeconfig writes a kubeconfig for one client identity of the PKI:
+// the identity's certificate and key, and the CA, referred to by path.
 func writeKubeconfig(path, server string, p PKI, identity string) error {
-	body := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: clawfarm-dev
-  cluster:
-    server: %s
-    certificate-authority: %s
-users:
-- name: %s
-  user:
-    client-certificate: %s
-    client-key: %s
-contexts:
-- name: clawfarm-dev
-  context:
-    cluster: clawfarm-dev
-    user: %s
-    namespace: %s
-current-context: clawfarm-dev
-`, server, p.File("ca.crt"), identity, p.File(identity+".crt"), p.File(identity+".key"), identity, RunNamespace)
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters[kubeconfigName] = &clientcmdapi.Cluster{Server: server, CertificateAuthority: p.File("ca.crt")}
+	cfg.AuthInfos[identity] = &clientcmdapi.AuthInfo{ClientCertificate: p.File(identity + ".crt"), ClientKey: p.File(identity + ".key")}
+	cfg.Contexts[kubeconfigName] = &clientcmdapi.Context{Cluster: kubeconfigName, AuthInfo: identity, Namespace: RunNamespace}
+	cfg.CurrentContext = kubeconfigName
+	body, err := clientcmd.Write(*cfg)
+	if err != nil {
+		return err
+	}
+	// Written aside and renamed, so a reader never sees half a file.
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(body), 0o600); err != nil {
+	if err := os.WriteFile(tmp, body, 0o600); err != nil {
 		return err
 	}
 	return os.Rename(tmp, path)
