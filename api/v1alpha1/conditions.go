@@ -52,6 +52,38 @@ const (
 	ReasonPodCreateFailed   = "PodCreateFailed"
 )
 
+// Reasons of Events on an AgentRun that are not also condition reasons: a
+// phase change's Event reuses its condition's reason (Queued, Leased,
+// Released, Retrying, Waiting, Done, TaskFailed…).
+const (
+	// EventAttemptStarted: an attempt pod was created.
+	EventAttemptStarted = "AttemptStarted"
+	// EventAttemptEnded: an attempt pod ended and its outcome was recorded.
+	EventAttemptEnded = "AttemptEnded"
+	// EventTerminationMessageMismatch: the loop's termination message and its
+	// exit code disagree; the message was trusted.
+	EventTerminationMessageMismatch = "TerminationMessageMismatch"
+	// EventStoppingAttempt: a live attempt pod is being deleted (cancel,
+	// deadline, a deleted rig).
+	EventStoppingAttempt = "StoppingAttempt"
+	// EventFollowUpFallback: the follow-up CronJob had not fired by its fire
+	// time plus its starting deadline; the controller created the run itself.
+	EventFollowUpFallback = "FollowUpFallback"
+	// EventAgentJob: an agent's create_job or finish_job became a CronJob change.
+	EventAgentJob = "AgentJob"
+	// EventAgentJobRejected: an agent's job could not be materialised.
+	EventAgentJobRejected = "AgentJobRejected"
+)
+
+// Reasons of Events on a DeviceRig. A phase change's Event reason is
+// EventRigPhasePrefix followed by the phase (PhaseReady, PhaseOffline…).
+const (
+	// EventStaleLeaseReleased: a Lease whose run is gone was released.
+	EventStaleLeaseReleased = "StaleLeaseReleased"
+	// EventRigPhasePrefix prefixes the new phase in a phase change's Event.
+	EventRigPhasePrefix = "Phase"
+)
+
 // Stable reasons of DeviceRig conditions.
 const (
 	ReasonNodeReady      = "NodeReady"

@@ -21,8 +21,8 @@ import (
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/internal/contract"
-	"github.com/clawfarm/clawfarm/internal/testing/fakekubelet"
 	"github.com/clawfarm/clawfarm/internal/followup"
+	"github.com/clawfarm/clawfarm/internal/testing/fakekubelet"
 )
 
 // Every row of the sentinel table of DESIGN.md, end to end on the API server.
@@ -374,7 +374,7 @@ func TestEventOnEveryTransition(t *testing.T) {
 
 	want := map[string][]string{
 		"first":  {farmv1.ReasonLeased, farmv1.ReasonDone},
-		"second": {farmv1.ReasonQueued, farmv1.ReasonLeased, "AttemptEnded", farmv1.ReasonRetrying, "AttemptStarted", farmv1.ReasonDone},
+		"second": {farmv1.ReasonQueued, farmv1.ReasonLeased, farmv1.EventAttemptEnded, farmv1.ReasonRetrying, farmv1.EventAttemptStarted, farmv1.ReasonDone},
 	}
 	same := func(got map[string][]string) bool {
 		return fmt.Sprint(got["first"]) == fmt.Sprint(want["first"]) && fmt.Sprint(got["second"]) == fmt.Sprint(want["second"])

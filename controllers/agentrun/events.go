@@ -34,10 +34,10 @@ func (r recorder) rigReleased(run *farmv1.AgentRun, rig string) {
 
 func (r recorder) attemptStarted(run *farmv1.AgentRun, pod *corev1.Pod, attempt, retry int32) {
 	if retry > 0 {
-		r.normal(run, pod, "AttemptStarted", "CreatePod", "attempt %d, infrastructure retry %d: pod %s (resumes from its snapshot)", attempt, retry, pod.Name)
+		r.normal(run, pod, farmv1.EventAttemptStarted, "CreatePod", "attempt %d, infrastructure retry %d: pod %s (resumes from its snapshot)", attempt, retry, pod.Name)
 		return
 	}
-	r.normal(run, pod, "AttemptStarted", "CreatePod", "attempt %d: pod %s", attempt, pod.Name)
+	r.normal(run, pod, farmv1.EventAttemptStarted, "CreatePod", "attempt %d: pod %s", attempt, pod.Name)
 }
 
 func (r recorder) podCreateFailed(run *farmv1.AgentRun, err error) {
@@ -51,11 +51,11 @@ func (r recorder) attemptEnded(run *farmv1.AgentRun, pod *corev1.Pod, rec farmv1
 	default:
 		kind = corev1.EventTypeWarning
 	}
-	r.Eventf(run, pod, kind, "AttemptEnded", "RecordOutcome", "pod %s ended: %s (%s)", pod.Name, rec.Outcome, rec.Message)
+	r.Eventf(run, pod, kind, farmv1.EventAttemptEnded, "RecordOutcome", "pod %s ended: %s (%s)", pod.Name, rec.Outcome, rec.Message)
 }
 
 func (r recorder) mismatch(run *farmv1.AgentRun, pod *corev1.Pod, why string) {
-	r.warning(run, pod, "TerminationMessageMismatch", "RecordOutcome", "%s", why)
+	r.warning(run, pod, farmv1.EventTerminationMessageMismatch, "RecordOutcome", "%s", why)
 }
 
 func (r recorder) phase(run *farmv1.AgentRun, phase farmv1.RunPhase, reason, message string) {
@@ -72,7 +72,7 @@ func (r recorder) followUpScheduled(run *farmv1.AgentRun, cronJob, child, at str
 
 func (r recorder) followUpCreated(run *farmv1.AgentRun, child string, byController bool) {
 	if byController {
-		r.warning(run, nil, "FollowUpFallback", "CreateFollowUp", "the CronJob did not fire in time; the controller created follow-up %s itself", child)
+		r.warning(run, nil, farmv1.EventFollowUpFallback, "CreateFollowUp", "the CronJob did not fire in time; the controller created follow-up %s itself", child)
 		return
 	}
 	r.normal(run, nil, farmv1.ReasonFollowUpCreated, "CreateFollowUp", "follow-up %s exists", child)
@@ -80,12 +80,12 @@ func (r recorder) followUpCreated(run *farmv1.AgentRun, child string, byControll
 
 func (r recorder) agentJob(run *farmv1.AgentRun, op, id, cronJob string, err error) {
 	if err != nil {
-		r.warning(run, nil, "AgentJobRejected", "AgentJob", "agent job %q (%s) not materialised: %v", id, op, err)
+		r.warning(run, nil, farmv1.EventAgentJobRejected, "AgentJob", "agent job %q (%s) not materialised: %v", id, op, err)
 		return
 	}
-	r.normal(run, nil, "AgentJob", "AgentJob", "agent job %q: %s (CronJob %s)", id, op, cronJob)
+	r.normal(run, nil, farmv1.EventAgentJob, "AgentJob", "agent job %q: %s (CronJob %s)", id, op, cronJob)
 }
 
 func (r recorder) stopping(run *farmv1.AgentRun, pod, why string) {
-	r.normal(run, nil, "StoppingAttempt", "DeletePod", "stopping pod %s: %s", pod, why)
+	r.normal(run, nil, farmv1.EventStoppingAttempt, "DeletePod", "stopping pod %s: %s", pod, why)
 }

@@ -19,7 +19,7 @@ import (
 )
 
 // planFollowUp fixes, at the moment a WAIT is recorded, when the follow-up
-// fires: what the agent asked for, else the run's default delay.
+// fires (followup.Delay) and what it is called.
 func (s *step) planFollowUp(o attempt.Outcome) {
 	st := &s.run.Status
 	gen := s.run.Generation
@@ -33,11 +33,7 @@ func (s *step) planFollowUp(o attempt.Outcome) {
 		conditions.False(&st.Conditions, gen, farmv1.ConditionFollowUpScheduled, reason, msg)
 		return
 	}
-	delay := time.Duration(s.run.Spec.FollowUp.DefaultDelayMinutes) * time.Minute
-	if m := o.Message; m != nil && m.FollowUp != nil && m.FollowUp.AfterMinutes > 0 {
-		delay = time.Duration(m.FollowUp.AfterMinutes) * time.Minute
-	}
-	fire := metav1.NewTime(followup.FireTime(s.now, delay))
+	fire := metav1.NewTime(followup.FireTime(s.now, followup.Delay(s.run, o.Message)))
 	st.FollowUp = &farmv1.FollowUpStatus{
 		CronJob: followup.WaitCronJobName(s.run.Name), FireTime: &fire, Run: next.Name, Chain: next.Chain,
 	}

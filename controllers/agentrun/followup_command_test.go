@@ -17,8 +17,8 @@ import (
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/controllers/agentrun"
 	"github.com/clawfarm/clawfarm/internal/contract"
-	"github.com/clawfarm/clawfarm/internal/testing/fakekubelet"
 	"github.com/clawfarm/clawfarm/internal/followup"
+	"github.com/clawfarm/clawfarm/internal/testing/fakekubelet"
 )
 
 // An agent job's CronJob fires the way the CronJob controller runs it: a Job

@@ -118,7 +118,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			if err := lease.ReleaseStale(ctx, r.Client, l); err != nil {
 				return ctrl.Result{}, err
 			}
-			r.Recorder.Eventf(&rig, nil, corev1.EventTypeWarning, "StaleLeaseReleased", "Release",
+			r.Recorder.Eventf(&rig, nil, corev1.EventTypeWarning, farmv1.EventStaleLeaseReleased, "Release",
 				"released the lease of run %s, which no longer exists", name)
 		} else {
 			st.CurrentRun = name
@@ -145,7 +145,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			if st.Phase == farmv1.RigNotReady || st.Phase == farmv1.RigOffline {
 				kind = corev1.EventTypeWarning
 			}
-			r.Recorder.Eventf(&rig, nil, kind, "Phase"+string(st.Phase), "Observe", "rig is %s: %s", st.Phase, readyMessage(&rig))
+			r.Recorder.Eventf(&rig, nil, kind, farmv1.EventRigPhasePrefix+string(st.Phase), "Observe", "rig is %s: %s", st.Phase, readyMessage(&rig))
 		}
 	}
 	next := r.Config.ProbeInterval

@@ -1,0 +1,112 @@
+package agentrun
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/internal/attempt"
+	"github.com/clawfarm/clawfarm/internal/conditions"
+)
+
+// advance moves a run that is not finished: it takes a rig if it has none,
+// and keeps an attempt pod running on it.
+func (s *step) advance(ctx context.Context) (then, error) {
+	st := &s.run.Status
+	gen := s.run.Generation
+	if s.heldRig != "" && s.rig == nil {
+		return writeNow, s.rigLost(ctx)
+	}
+	if s.heldRig != "" && waitsForRig(s.run) && !rigMatches(s.run, s.rig) && len(s.live) == 0 {
+		// Handed a rig its spec no longer names (a spec may change until the
+		// run starts): give it back and queue like any other run.
+		if err := s.releaseRig(ctx); err != nil || s.heldRig != "" {
+			return writeNow, err
+		}
+	}
+	leasedNow := false
+	switch {
+	case s.heldRig == "":
+		if len(s.live) > 0 {
+			return writeNow, nil // a pod from a lost rig is still stopping
+		}
+		c, err := s.acquire(ctx)
+		switch {
+		case err != nil:
+			return writeNow, err
+		case c == queuedLater:
+			return deferStatus, nil
+		case c == queued:
+			return writeNow, nil
+		}
+		leasedNow = true
+	case waitsForRig(s.run):
+		s.took(s.rig) // handed over by the run that held it before
+		leasedNow = true
+	}
+	// Rebuilt from the world every time, so a status write lost to a conflict loses nothing.
+	st.Rig = s.heldRig
+	conditions.True(&st.Conditions, gen, farmv1.ConditionRigLeased, farmv1.ReasonLeased,
+		fmt.Sprintf("holding rig %s on node %s", s.rig.Name, s.rig.Spec.NodeName))
+	if len(s.live) > 0 {
+		st.Attempt, _ = podAttempt(s.live[len(s.live)-1])
+		st.Phase = farmv1.RunRunning
+		conditions.Unknown(&st.Conditions, gen, farmv1.ConditionSucceeded, farmv1.ReasonRunning,
+			fmt.Sprintf("attempt %d is running on rig %s", st.Attempt, s.heldRig))
+		return writeNow, nil
+	}
+	if p := s.rig.Status.Phase; p == farmv1.RigOffline || p == farmv1.RigNotReady {
+		// Keep the rig, but start nothing on a node or phone that cannot run it:
+		// the rig's status change wakes this run when it is back.
+		st.Phase = farmv1.RunRetrying
+		conditions.Unknown(&st.Conditions, gen, farmv1.ConditionSucceeded, farmv1.ReasonRigNotReady,
+			fmt.Sprintf("attempt %d waits for rig %s, which is %s", attempt.Next(st).Attempt, s.rig.Name, p))
+		return writeNow, nil
+	}
+	return s.startAttempt(ctx, leasedNow)
+}
+
+// startAttempt creates the next attempt pod on the held rig. leasedNow says
+// the run took the rig in this reconcile, so the Event names the rig too.
+func (s *step) startAttempt(ctx context.Context, leasedNow bool) (then, error) {
+	st := &s.run.Status
+	gen := s.run.Generation
+	next := attempt.Next(st)
+	pod := attempt.BuildPod(attempt.Spec{
+		Run: s.run, Rig: s.rig, Attempt: next.Attempt, Retry: next.Retry, Resume: next.Resume, Defaults: s.r.Config.Loop,
+	})
+	created := false
+	err := s.r.Create(ctx, pod)
+	switch {
+	case err == nil:
+		if leasedNow {
+			s.ev.rigLeasedAndStarted(s.run, s.rig, pod, next.Attempt, next.Retry)
+		} else {
+			s.ev.attemptStarted(s.run, pod, next.Attempt, next.Retry)
+		}
+		if st.StartTime == nil {
+			s.r.notes.podCreated(client.ObjectKeyFromObject(s.run), s.now)
+		}
+		created = true
+	case apierrors.IsAlreadyExists(err):
+		// created by an earlier reconcile the cache has not shown yet
+	case apierrors.IsInvalid(err):
+		s.ev.podCreateFailed(s.run, err)
+		s.finishWith(farmv1.RunFailed, farmv1.ReasonInvalidConfig, fmt.Sprintf("the attempt pod was refused: %v", err))
+		return writeNow, s.releaseRig(ctx)
+	default:
+		s.ev.podCreateFailed(s.run, err)
+		return writeNow, fmt.Errorf("create attempt pod %s: %w", pod.Name, err)
+	}
+	st.Attempt = next.Attempt
+	st.Phase = farmv1.RunRunning
+	conditions.Unknown(&st.Conditions, gen, farmv1.ConditionSucceeded, farmv1.ReasonRunning,
+		fmt.Sprintf("attempt %d is running on rig %s", next.Attempt, s.heldRig))
+	if created {
+		return awaitPodEvent, nil
+	}
+	return writeNow, nil
+}

@@ -1,0 +1,92 @@
+package agentrun
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/internal/lease"
+)
+
+// observe reads the world the run lives in: its attempt pods (from the
+// cache's index on the run label), the Lease it holds, and that rig.
+func (s *step) observe(ctx context.Context) error {
+	var list corev1.PodList
+	if err := s.r.List(ctx, &list, client.InNamespace(s.run.Namespace), client.MatchingFields{podRunIndex: s.run.Name}); err != nil {
+		return fmt.Errorf("list attempt pods: %w", err)
+	}
+	for i := range list.Items {
+		p := &list.Items[i]
+		if metav1.IsControlledBy(p, s.run) {
+			s.pods = append(s.pods, p)
+		}
+	}
+	sort.Slice(s.pods, func(i, j int) bool { return s.pods[i].CreationTimestamp.Before(&s.pods[j].CreationTimestamp) })
+	held, err := lease.HeldBy(ctx, s.r.Client, lease.HolderOf(s.run))
+	if err != nil {
+		return err
+	}
+	if len(held) > 0 {
+		s.heldRig = held[0]
+		var rig farmv1.DeviceRig
+		err := s.r.Get(ctx, types.NamespacedName{Namespace: s.run.Namespace, Name: s.heldRig}, &rig)
+		switch {
+		case err == nil:
+			s.rig = &rig
+		case !apierrors.IsNotFound(err):
+			return fmt.Errorf("get rig %s: %w", s.heldRig, err)
+		}
+	}
+	return nil
+}
+
+// startedAt is when the run's first pod was created: as this manager noted
+// it, or (after a restart) the pod's creation time.
+func (s *step) startedAt(first *corev1.Pod) time.Time {
+	if t := s.r.notes.podCreatedAt(client.ObjectKeyFromObject(s.run)); !t.IsZero() {
+		return t
+	}
+	return first.CreationTimestamp.Time
+}
+
+// nodeLost reports whether the pod's node is gone or NotReady past the grace period.
+func (s *step) nodeLost(ctx context.Context, pod *corev1.Pod) bool {
+	if pod.Spec.NodeName == "" || terminal(pod) {
+		return false
+	}
+	var node corev1.Node
+	if err := s.r.Get(ctx, types.NamespacedName{Name: pod.Spec.NodeName}, &node); err != nil {
+		return apierrors.IsNotFound(err)
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
+			until := c.LastTransitionTime.Add(s.r.Config.NodeLostGrace)
+			if s.now.After(until) {
+				return true
+			}
+			s.wake(until)
+		}
+	}
+	return false
+}
+
+// terminal reports whether the pod's containers have all ended for good.
+func terminal(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
+
+// podAttempt reads the attempt number and infrastructure retry of an attempt pod.
+func podAttempt(pod *corev1.Pod) (n, retry int32) {
+	a, _ := strconv.Atoi(pod.Labels[farmv1.LabelAttempt])
+	r, _ := strconv.Atoi(pod.Annotations[farmv1.AnnotationRetry])
+	return int32(a), int32(r)
+}

@@ -1,0 +1,244 @@
+package agentrun
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/internal/conditions"
+	"github.com/clawfarm/clawfarm/internal/lease"
+)
+
+// claim is what acquire got the run.
+type claim int
+
+const (
+	// queued: no rig now; the run is Queued (or failed its queue timeout).
+	queued claim = iota
+	// queuedLater: no rig now, and the run's first Queued status waits
+	// behind more urgent work.
+	queuedLater
+	// took: the run holds a rig.
+	took
+)
+
+// acquire queues the run for a rig, FIFO per rig, and takes the first free
+// one it heads the queue of.
+func (s *step) acquire(ctx context.Context) (claim, error) {
+	st := &s.run.Status
+	gen := s.run.Generation
+	s.markQueued()
+	if t := s.run.Spec.Limits.QueueTimeout(); t > 0 {
+		deadline := st.QueuedAt.Add(time.Duration(t) * time.Second)
+		if !s.now.Before(deadline) {
+			s.finishWith(farmv1.RunFailed, farmv1.ReasonQueueTimeout,
+				fmt.Sprintf("no rig became free within limits.queueTimeoutSeconds (%ds)", t))
+			return queued, nil
+		}
+		s.wake(deadline)
+	}
+	c, err := s.candidates(ctx)
+	if err != nil {
+		return queued, err
+	}
+	if len(c.rigs) > 0 {
+		forRig := ""
+		if ref := s.run.Spec.RigRef; ref != nil {
+			forRig = ref.Name
+		}
+		q, err := s.r.readQueue(ctx, s.run.Namespace, forRig, "")
+		if err != nil {
+			return queued, err
+		}
+		c.why, c.reason = whyWaiting(c.rigs), farmv1.ReasonRigBusy
+		for _, rig := range c.rigs {
+			if q.given[s.run.Name] != rig.Name {
+				continue
+			}
+			res, err := lease.Acquire(ctx, s.r.Client, rig.Name, lease.HolderOf(s.run))
+			if err != nil {
+				return queued, err
+			}
+			if !res.Acquired {
+				c.why = fmt.Sprintf("rig %s was just taken by another run", rig.Name)
+				break
+			}
+			s.took(rig)
+			return took, nil
+		}
+	}
+	if st.Phase == farmv1.RunPending && c.reason == farmv1.ReasonRigBusy && s.r.notes.deferOnce(client.ObjectKeyFromObject(s.run)) {
+		// A new run that only waits its turn writes its first Queued status
+		// after the more urgent work: when many runs arrive at once, the
+		// ones that can start now are not kept waiting behind the status
+		// writes of the ones that cannot. Under no load this is a millisecond.
+		return queuedLater, nil
+	}
+	if st.Phase != farmv1.RunQueued {
+		s.ev.queued(s.run, c.why) // once per wait: the message stays the same while the queue moves
+	}
+	st.Phase = farmv1.RunQueued
+	conditions.False(&st.Conditions, gen, farmv1.ConditionRigLeased, c.reason, c.why)
+	conditions.Unknown(&st.Conditions, gen, farmv1.ConditionSucceeded, farmv1.ReasonQueued, "waiting for a rig: "+c.why)
+	s.wake(s.now.Add(time.Minute)) // a safety net; Lease and rig events wake the queue first
+	return queued, nil
+}
+
+// markQueued sets when the run started waiting for a rig, once: a run that
+// was never queued before (Pending) has waited since it was created, even
+// when its first Queued status was held back (see acquire) or it was handed
+// a rig before that status was written.
+func (s *step) markQueued() {
+	st := &s.run.Status
+	if st.QueuedAt != nil {
+		return
+	}
+	t := metav1.NewTime(s.now)
+	if st.Phase == farmv1.RunPending && !s.run.CreationTimestamp.IsZero() {
+		t = s.run.CreationTimestamp
+	}
+	st.QueuedAt = &t
+}
+
+// took records that the run now holds rig, taken from the queue or handed
+// over by the run before it (advance then writes the RigLeased condition).
+func (s *step) took(rig *farmv1.DeviceRig) {
+	s.markQueued()
+	s.heldRig, s.rig = rig.Name, rig
+	if s.run.Status.StartTime == nil {
+		s.r.notes.leased(client.ObjectKeyFromObject(s.run), s.now)
+	}
+}
+
+// rigChoice is the rigs a run may take now, or why there are none.
+type rigChoice struct {
+	rigs []*farmv1.DeviceRig // Ready, schedulable and matching, in name order
+	// why and reason (a RigLeased condition reason) say why the run waits.
+	why, reason string
+}
+
+// candidates lists the rigs the run may take now: Ready, schedulable,
+// matching; when there are none it says why.
+func (s *step) candidates(ctx context.Context) (rigChoice, error) {
+	var all []farmv1.DeviceRig
+	if ref := s.run.Spec.RigRef; ref != nil {
+		var rig farmv1.DeviceRig
+		if err := s.r.Get(ctx, types.NamespacedName{Namespace: s.run.Namespace, Name: ref.Name}, &rig); err != nil {
+			if apierrors.IsNotFound(err) {
+				return rigChoice{why: fmt.Sprintf("rig %s does not exist", ref.Name), reason: farmv1.ReasonRigNotFound}, nil
+			}
+			return rigChoice{}, fmt.Errorf("get rig %s: %w", ref.Name, err)
+		}
+		all = []farmv1.DeviceRig{rig}
+	} else {
+		var list farmv1.DeviceRigList
+		if err := s.r.List(ctx, &list, client.InNamespace(s.run.Namespace)); err != nil {
+			return rigChoice{}, fmt.Errorf("list rigs: %w", err)
+		}
+		all = list.Items
+	}
+	var c rigChoice
+	matching := 0
+	for i := range all {
+		rig := &all[i]
+		if !rigMatches(s.run, rig) {
+			continue
+		}
+		matching++
+		switch {
+		case usable(rig): // the queue's own rule
+			c.rigs = append(c.rigs, rig)
+		case rig.Spec.Unschedulable:
+			c.why = fmt.Sprintf("rig %s is in maintenance", rig.Name)
+		default:
+			c.why = fmt.Sprintf("rig %s is %s", rig.Name, orUnknown(string(rig.Status.Phase)))
+		}
+	}
+	sort.Slice(c.rigs, func(i, j int) bool { return c.rigs[i].Name < c.rigs[j].Name })
+	switch {
+	case len(c.rigs) > 0:
+		return rigChoice{rigs: c.rigs}, nil
+	case matching == 0:
+		return rigChoice{why: "no rig matches rigSelector", reason: farmv1.ReasonNoMatchingRig}, nil
+	}
+	c.reason = farmv1.ReasonRigNotReady
+	return c, nil
+}
+
+// releaseRig gives the rig back, only after no pod of the run is alive —
+// checked against the API server, not the cache. The rig goes straight to the
+// run the queue gives it to next, if any: one write instead of a delete and a
+// create, and no gap a third run could use.
+func (s *step) releaseRig(ctx context.Context) error {
+	if s.heldRig == "" {
+		return nil
+	}
+	var pods corev1.PodList
+	if err := s.r.APIReader.List(ctx, &pods, client.InNamespace(s.run.Namespace), client.MatchingLabels{farmv1.LabelRun: s.run.Name}); err != nil {
+		return fmt.Errorf("list attempt pods before releasing rig %s: %w", s.heldRig, err)
+	}
+	for i := range pods.Items {
+		if !terminal(&pods.Items[i]) {
+			s.wake(s.now.Add(2 * time.Second))
+			return nil
+		}
+	}
+	msg := fmt.Sprintf("rig %s released", s.heldRig)
+	next, err := s.r.nextHolder(ctx, s.run.Namespace, s.heldRig)
+	if err != nil {
+		return err
+	}
+	handed := false
+	if next != nil && next.UID != s.run.UID {
+		if handed, err = lease.HandOver(ctx, s.r.Client, s.heldRig, lease.HolderOf(s.run), lease.HolderOf(next)); err != nil {
+			return err
+		}
+		if handed {
+			msg = fmt.Sprintf("rig %s released to run %s, next in its queue", s.heldRig, next.Name)
+		}
+	}
+	if !handed {
+		if err := lease.Release(ctx, s.r.Client, s.heldRig, lease.HolderOf(s.run)); err != nil {
+			return err
+		}
+	}
+	conditions.False(&s.run.Status.Conditions, s.run.Generation, farmv1.ConditionRigLeased, farmv1.ReasonReleased, msg)
+	if !s.run.Status.Phase.Finished() { // a finished run's final event covers the release
+		s.ev.rigReleased(s.run, s.heldRig)
+	}
+	s.heldRig = ""
+	return nil
+}
+
+// rigLost handles a held rig whose DeviceRig was deleted: the attempt is
+// stopped (a free retry), the Lease released, and the run queues again.
+func (s *step) rigLost(ctx context.Context) error {
+	if len(s.live) > 0 {
+		return s.stopLive(ctx, "rig "+s.heldRig+" was deleted")
+	}
+	lost := s.heldRig
+	if err := s.releaseRig(ctx); err != nil {
+		return err
+	}
+	if s.heldRig == "" {
+		s.run.Status.Phase = farmv1.RunQueued
+		conditions.False(&s.run.Status.Conditions, s.run.Generation, farmv1.ConditionRigLeased, farmv1.ReasonRigLost,
+			fmt.Sprintf("rig %s was deleted while the run held it", lost))
+	}
+	return nil
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "not yet probed"
+	}
+	return s
+}

@@ -1,0 +1,114 @@
+package agentrun
+
+import (
+	"context"
+	"fmt"
+
+	batchv1 "k8s.io/api/batch/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/internal/lease"
+)
+
+// podRunIndex indexes pods by the run they belong to (the run label), so a
+// reconcile reads its run's pods without a scan of every pod in the namespace.
+const podRunIndex = "farm.clawfarm.dev/run"
+
+// watch registers the cache indexes and the watches: the run's own pods and
+// CronJobs, the Leases and rigs that wake queued runs, follow-up runs that
+// wake their parent, and the nodes that attempt pods run on.
+func (r *Reconciler) watch(mgr ctrl.Manager) error {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &farmv1.AgentRun{}, queueIndex, func(o client.Object) []string {
+		return queueKey(o.(*farmv1.AgentRun))
+	}); err != nil {
+		return fmt.Errorf("index runs by queue: %w", err)
+	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podRunIndex, func(o client.Object) []string {
+		if run := o.GetLabels()[farmv1.LabelRun]; run != "" {
+			return []string{run}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("index pods by run: %w", err)
+	}
+	wakeQueue := handler.EnqueueRequestsFromMapFunc(r.queuedRunsForRigOf)
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&farmv1.AgentRun{}).
+		Owns(&corev1.Pod{}).
+		Owns(&batchv1.CronJob{}).
+		Watches(&coordinationv1.Lease{}, wakeQueue, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			_, ok := o.GetLabels()[farmv1.LabelRunUID]
+			return ok
+		}))).
+		Watches(&farmv1.DeviceRig{}, wakeQueue).
+		Watches(&farmv1.AgentRun{}, handler.EnqueueRequestsFromMapFunc(parentOf)).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.runsOnNode)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.Config.MaxConcurrentReconciles)}).
+		Named("agentrun").
+		Complete(r)
+}
+
+// queuedRunsForRigOf maps a Lease or a rig to the run holding the rig and to
+// the queued runs that may take a free rig now.
+func (r *Reconciler) queuedRunsForRigOf(ctx context.Context, o client.Object) []reconcile.Request {
+	var rig farmv1.DeviceRig
+	var reqs []reconcile.Request
+	switch obj := o.(type) {
+	case *farmv1.DeviceRig:
+		rig = *obj
+		if obj.Status.CurrentRun != "" {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: obj.Namespace, Name: obj.Status.CurrentRun}})
+		}
+	case *coordinationv1.Lease:
+		if name, _ := lease.HolderRun(obj); name != "" {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: obj.Namespace, Name: name}})
+		}
+		if err := r.Get(ctx, types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name}, &rig); err != nil {
+			return reqs
+		}
+	default:
+		return nil
+	}
+	q, err := r.readQueue(ctx, rig.Namespace, rig.Name, "")
+	if err != nil {
+		return reqs
+	}
+	for name := range q.given {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: rig.Namespace, Name: name}})
+	}
+	return reqs
+}
+
+// parentOf maps a follow-up run to its parent, which is waiting for it to exist.
+func parentOf(_ context.Context, o client.Object) []reconcile.Request {
+	if p := o.GetLabels()[farmv1.LabelParent]; p != "" {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: p}}}
+	}
+	return nil
+}
+
+// runsOnNode maps a Node to the runs with attempt pods on it.
+func (r *Reconciler) runsOnNode(ctx context.Context, o client.Object) []reconcile.Request {
+	var pods corev1.PodList
+	if err := r.List(ctx, &pods, client.MatchingLabels{farmv1.LabelKind: "attempt"}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil
+	}
+	var reqs []reconcile.Request
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.Spec.NodeName == o.GetName() && !terminal(p) {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: p.Labels[farmv1.LabelRun]}})
+		}
+	}
+	return reqs
+}
