@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"time"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -119,6 +121,20 @@ func (l RunLimits) QueueTimeout() int32 {
 
 // ChainLimit is MaxChain, or its default when unset (0: no follow-ups).
 func (f FollowUpPolicy) ChainLimit() int32 { return orDefault(f.MaxChain, DefaultMaxChain) }
+
+// DefaultFollowUpDelayMinutes is the WAIT follow-up's delay when neither the
+// agent nor the run chose one: seed 000's "a generic 15-minute follow-up".
+// The schema's default for defaultDelayMinutes says the same.
+const DefaultFollowUpDelayMinutes int32 = 15
+
+// Delay is DefaultDelayMinutes as a duration, or its default when unset.
+func (f FollowUpPolicy) Delay() time.Duration {
+	m := f.DefaultDelayMinutes
+	if m <= 0 {
+		m = DefaultFollowUpDelayMinutes
+	}
+	return time.Duration(m) * time.Minute
+}
 
 func orDefault(p *int32, d int32) int32 {
 	if p == nil {

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/internal/contract"
 )
 
 // MaxTriggerBytes matches the CRD's bound on spec.trigger.
@@ -93,6 +94,17 @@ func ChildRun(parent *farmv1.AgentRun, n Next, trigger string) *farmv1.AgentRun 
 		},
 		Spec: spec,
 	}
+}
+
+// Delay is how long after a WAIT its follow-up fires: what the agent asked
+// for (the termination message's followUp.afterMinutes), else the run's
+// spec.followUp.defaultDelayMinutes. The loop reports 0 when the agent did
+// not choose, so this is the rule's one home.
+func Delay(run *farmv1.AgentRun, m *contract.TerminationMessage) time.Duration {
+	if m != nil && m.FollowUp != nil && m.FollowUp.AfterMinutes > 0 {
+		return time.Duration(m.FollowUp.AfterMinutes) * time.Minute
+	}
+	return run.Spec.FollowUp.Delay()
 }
 
 // FireTime is when a follow-up after delay fires: the start of the minute at
