@@ -7,6 +7,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 )
 
 // Many rigs in one process, each under its own path, each with its own phone.
@@ -28,7 +30,7 @@ func TestFarmServesRigsByPath(t *testing.T) {
 	if s := zero.state(t); s.Foreground != "" {
 		t.Fatalf("rig-0 moved when rig-1 was tapped: %q", s.Foreground)
 	}
-	var st Status
+	var st farmv1.RigHealth
 	getJSON(t, srv.URL+"/rigs/rig-2/api/status", &st)
 	if !st.Ready {
 		t.Fatalf("rig-2 status %+v", st)

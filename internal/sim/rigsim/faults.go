@@ -33,7 +33,8 @@ type Faults struct {
 	Health map[string]bool `json:"health,omitempty"`
 }
 
-// The health fields of GET /api/status (RIG-CONTRACT.md, "Transport").
+// healthFields are the JSON names of farmv1.RigHealth's fields, the body of
+// GET /api/status (docs/rig-contract.md).
 var healthFields = []string{"arm", "camera", "bridge", "calibrated", "origin_pinned", "ready", "layout_learned"}
 
 // Validate checks fractions, tool names and health field names.

@@ -2,6 +2,7 @@ package rigsim
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"reflect"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 )
 
 func TestFaultLatencyIsScaledAndOverridable(t *testing.T) {
@@ -166,7 +169,7 @@ func TestFaults(t *testing.T) {
 		if res := tr.call(t, "peek", nil); res.isError {
 			t.Fatal("peek needs no bridge")
 		}
-		var st Status
+		var st farmv1.RigHealth
 		getJSON(t, tr.url+"/api/status", &st)
 		if st.Bridge || !st.Arm {
 			t.Fatalf("status = %+v", st)
@@ -287,6 +290,34 @@ func TestConfigFile(t *testing.T) {
 	for _, bad := range []string{"seed: x", "colour: red", "faults: {glare: 3}", "phone: {autoLock: soon}", "timeScale: -1"} {
 		if _, err := ParseConfig([]byte(bad)); err == nil {
 			t.Errorf("ParseConfig(%q) accepted it", bad)
+		}
+	}
+}
+
+// GET /api/status serves farmv1.RigHealth, and every one of its fields can be
+// faulted on its own: a field the API gains that rigsim does not fault, or a
+// fault name wired to the wrong field, fails here.
+func TestHealthFaultsCoverRigHealth(t *testing.T) {
+	r := New("r", Config{})
+	for _, name := range healthFields {
+		if err := r.SetFaults(Faults{Health: map[string]bool{name: false}}); err != nil {
+			t.Fatal(err)
+		}
+		b, err := json.Marshal(r.Health())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got map[string]bool
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(healthFields) {
+			t.Fatalf("RigHealth has %d fields %v; rigsim faults %d: %v", len(got), got, len(healthFields), healthFields)
+		}
+		for k, v := range got {
+			if v != (k != name) {
+				t.Errorf("fault health.%s=false: %s is %v", name, k, v)
+			}
 		}
 	}
 }

@@ -25,7 +25,7 @@ import (
 func (r *Rig) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", r.reachable(http.HandlerFunc(r.serveMCP)))
-	mux.Handle("GET /api/status", r.reachable(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, r.Status()) })))
+	mux.Handle("GET /api/status", r.reachable(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, r.Health()) })))
 	mux.HandleFunc("GET /api/sim/state", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, r.State()) })
 	mux.HandleFunc("GET /api/sim/faults", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, r.Faults()) })
 	mux.HandleFunc("POST /api/sim/faults", r.postFaults)
@@ -64,7 +64,7 @@ func (r *Rig) Handler() http.Handler {
 	})
 	mux.HandleFunc("POST /api/sim/restart", func(w http.ResponseWriter, _ *http.Request) {
 		r.Restart()
-		writeJSON(w, r.Status())
+		writeJSON(w, r.Health())
 	})
 	mux.HandleFunc("GET /api/sim/screen", func(w http.ResponseWriter, _ *http.Request) {
 		_, listing, err := r.snapshot()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/internal/clock"
 	"github.com/clawfarm/clawfarm/internal/sim/rigsim/phone"
 )
@@ -145,21 +146,11 @@ func (r *Rig) CrashApp(app string) bool {
 	return app != "" && r.phone.Crash(app)
 }
 
-// Status is GET /api/status: PhysiClaw's health fields.
-type Status struct {
-	Arm           bool `json:"arm"`
-	Camera        bool `json:"camera"`
-	Bridge        bool `json:"bridge"`
-	Calibrated    bool `json:"calibrated"`
-	OriginPinned  bool `json:"origin_pinned"`
-	Ready         bool `json:"ready"`
-	LayoutLearned bool `json:"layout_learned"`
-}
-
-// Status reports the rig's health, all true unless a fault says otherwise.
-func (r *Rig) Status() Status {
+// Health is GET /api/status: the rig's health in the operator's own type,
+// every field true unless a fault says otherwise.
+func (r *Rig) Health() farmv1.RigHealth {
 	f := r.Faults()
-	return Status{Arm: f.healthy("arm"), Camera: f.healthy("camera"), Bridge: f.healthy("bridge"),
+	return farmv1.RigHealth{Arm: f.healthy("arm"), Camera: f.healthy("camera"), Bridge: f.healthy("bridge"),
 		Calibrated: f.healthy("calibrated"), OriginPinned: f.healthy("origin_pinned"),
 		Ready: f.healthy("ready"), LayoutLearned: f.healthy("layout_learned")}
 }
