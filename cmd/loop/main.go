@@ -86,7 +86,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	em := events.NewEmitter(stdout, red, nil)
 	dir, closeState, err := openState(cfg.StateDir, logf)
-	var parts *policies
+	var parts *attemptFiles
 	if err == nil {
 		defer closeState()
 		parts, err = wire(&ec, dir, cfg, logf)

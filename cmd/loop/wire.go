@@ -7,19 +7,13 @@ import (
 	"os"
 
 	"github.com/clawfarm/clawfarm/internal/engine"
-	"github.com/clawfarm/clawfarm/internal/engine/agenttools"
-	"github.com/clawfarm/clawfarm/internal/engine/compaction"
-	"github.com/clawfarm/clawfarm/internal/engine/hooks"
-	"github.com/clawfarm/clawfarm/internal/engine/plan"
+	"github.com/clawfarm/clawfarm/internal/engine/policies"
 	"github.com/clawfarm/clawfarm/internal/engine/snapshot"
-	"github.com/clawfarm/clawfarm/internal/engine/stuckguard"
-	"github.com/clawfarm/clawfarm/internal/engine/tokens"
 	"github.com/clawfarm/clawfarm/internal/state"
 )
 
-// policies are part 2's pieces, wired into an engine.Config.
-type policies struct {
-	dir       *state.Dir
+// attemptFiles are what wire opens for one attempt and Close closes.
+type attemptFiles struct {
 	snapshots *snapshot.Writer
 	trace     io.WriteCloser // the event stream's copy in the trace
 }
@@ -46,10 +40,12 @@ func openState(path string, logf func(string, ...any)) (dir *state.Dir, done fun
 	}, nil
 }
 
-// wire adds the plan, compaction, token calibration, the stuck guard, the
-// state tools, skills and snapshots to ec. It returns what must be closed.
-func wire(ec *engine.Config, dir *state.Dir, c config, logf func(string, ...any)) (*policies, error) {
-	p := &policies{dir: dir}
+// wire gives ec the production policies (policies.Wire) over the state
+// directory, with the skills of the state directory and of --skills-dirs, a
+// snapshot after every round and the event trace; with --resume the session
+// goes on from the attempt's snapshot. It returns what must be closed.
+func wire(ec *engine.Config, dir *state.Dir, c config, logf func(string, ...any)) (*attemptFiles, error) {
+	p := &attemptFiles{}
 	key := snapshot.Key(c.Run, c.Attempt)
 	sw, err := snapshot.NewWriter(dir, key, nil, logf)
 	if err != nil {
@@ -75,23 +71,10 @@ func wire(ec *engine.Config, dir *state.Dir, c config, logf func(string, ...any)
 	if err != nil {
 		logf("some skills were skipped: %v", err)
 	}
-	ec.ExtraSystem = agenttools.SkillIndex(skills)
-
-	pl := plan.New(st)
-	reg := engine.NewRegistry()
-	if err := reg.Register(pl.Tool()); err != nil {
+	if err := policies.Wire(ec, dir, skills); err != nil {
 		return nil, err
 	}
-	tools := &agenttools.Tools{Dir: dir, Clock: ec.Clock, Skills: skills}
-	if err := tools.Register(reg); err != nil {
-		return nil, err
-	}
-	ec.Tools = reg
-	ec.Pinned = pl
-	ec.Compactor = compaction.Policy{}
-	ec.Estimator = tokens.NewEMA()
-	ec.Hooks = hooks.Chain{ec.Hooks, pl, compaction.Truncator{}, stuckguard.New(st)}
-	ec.Observers = append(ec.Observers, pl, sw)
+	ec.Observers = append(ec.Observers, sw)
 
 	f, err := os.OpenFile(sw.TracePath("events.jsonl"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
@@ -101,7 +84,7 @@ func wire(ec *engine.Config, dir *state.Dir, c config, logf func(string, ...any)
 	return p, nil
 }
 
-func (p *policies) Close() {
+func (p *attemptFiles) Close() {
 	if p == nil {
 		return
 	}

@@ -18,13 +18,8 @@ import (
 
 	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/engine"
-	"github.com/clawfarm/clawfarm/internal/engine/agenttools"
-	"github.com/clawfarm/clawfarm/internal/engine/compaction"
-	"github.com/clawfarm/clawfarm/internal/engine/hooks"
-	"github.com/clawfarm/clawfarm/internal/engine/plan"
+	"github.com/clawfarm/clawfarm/internal/engine/policies"
 	"github.com/clawfarm/clawfarm/internal/engine/snapshot"
-	"github.com/clawfarm/clawfarm/internal/engine/stuckguard"
-	"github.com/clawfarm/clawfarm/internal/engine/tokens"
 	"github.com/clawfarm/clawfarm/internal/provider"
 	"github.com/clawfarm/clawfarm/internal/provider/openai"
 	"github.com/clawfarm/clawfarm/internal/rig"
@@ -170,30 +165,24 @@ func BenchmarkSession300(b *testing.B) {
 			Trigger: "benchmark", MaxTurns: benchTurns, ContextWindow: 1 << 30, SessionBudget: time.Hour,
 			Provider: timedProvider{model, &pSpent}, Rig: timedRig{&benchRig{tools: rigTools}, &rSpent},
 		}
-		// Part 2, wired as cmd/loop wires it: plan, compaction, EMA, stuck
-		// guard, state tools, and a snapshot after every round (fsync included).
+		// The production policies, wired as cmd/loop wires them (plan,
+		// compaction, EMA, stuck guard, state tools), and a snapshot after
+		// every round (fsync included) unless BENCH_NO_SNAPSHOTS is set.
 		dir, err := state.Open(b.TempDir())
 		if err != nil {
 			b.Fatal(err)
 		}
-		st := &engine.State{}
-		pl := plan.New(st)
-		reg := engine.NewRegistry()
-		reg.MustRegister(pl.Tool())
-		if err := (&agenttools.Tools{Dir: dir}).Register(reg); err != nil {
+		if err := policies.Wire(&cfg, dir, nil); err != nil {
 			b.Fatal(err)
 		}
 		sw, err := snapshot.NewWriter(dir, "bench-a1", nil, func(f string, a ...any) { b.Logf(f, a...) })
 		if err != nil {
 			b.Fatal(err)
 		}
-		cfg.State, cfg.Tools, cfg.Pinned = st, reg, pl
-		cfg.Compactor, cfg.Estimator = compaction.Policy{}, tokens.NewEMA()
-		cfg.Hooks = hooks.Chain{pl, compaction.Truncator{}, stuckguard.New(st)}
-		cfg.Observers = []engine.RoundObserver{pl, sw, clock}
-		if os.Getenv("BENCH_NO_SNAPSHOTS") != "" {
-			cfg.Observers = []engine.RoundObserver{pl, clock}
+		if os.Getenv("BENCH_NO_SNAPSHOTS") == "" {
+			cfg.Observers = append(cfg.Observers, sw)
 		}
+		cfg.Observers = append(cfg.Observers, clock)
 		s := engine.New(cfg)
 		var ms0, ms1 runtime.MemStats
 		runtime.ReadMemStats(&ms0)

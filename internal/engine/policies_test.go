@@ -13,41 +13,29 @@ import (
 
 	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/engine"
-	"github.com/clawfarm/clawfarm/internal/engine/agenttools"
 	"github.com/clawfarm/clawfarm/internal/engine/compaction"
-	"github.com/clawfarm/clawfarm/internal/engine/hooks"
-	"github.com/clawfarm/clawfarm/internal/engine/plan"
+	"github.com/clawfarm/clawfarm/internal/engine/policies"
 	"github.com/clawfarm/clawfarm/internal/engine/snapshot"
 	"github.com/clawfarm/clawfarm/internal/engine/stuckguard"
-	"github.com/clawfarm/clawfarm/internal/engine/tokens"
 	"github.com/clawfarm/clawfarm/internal/provider"
 	"github.com/clawfarm/clawfarm/internal/rig"
 	"github.com/clawfarm/clawfarm/internal/state"
 	pt "github.com/clawfarm/clawfarm/internal/testing/providertest"
 )
 
-// part2 wires the part-2 policies as cmd/loop does, over a state directory.
-// With snap, snapshots are written after every round.
-func part2(t *testing.T, h *harness, dir *state.Dir, st *engine.State, snap bool) *snapshot.Writer {
+// withPolicies wires the production policies into h as cmd/loop does
+// (policies.Wire), over a state directory and the skills in it, from st (nil:
+// a fresh state). With snap, a snapshot is written after every round.
+func withPolicies(t *testing.T, h *harness, dir *state.Dir, st *engine.State, snap bool) *snapshot.Writer {
 	t.Helper()
-	if st == nil {
-		st = &engine.State{}
-	}
 	skills, err := state.LoadSkills(dir.Path("skills"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	pl := plan.New(st)
-	reg := engine.NewRegistry()
-	reg.MustRegister(pl.Tool())
-	if err := (&agenttools.Tools{Dir: dir, Clock: h.clock, Skills: skills}).Register(reg); err != nil {
+	h.cfg.State = st
+	if err := policies.Wire(&h.cfg, dir, skills); err != nil {
 		t.Fatal(err)
 	}
-	h.cfg.State, h.cfg.Tools, h.cfg.Pinned = st, reg, pl
-	h.cfg.ExtraSystem = agenttools.SkillIndex(skills)
-	h.cfg.Compactor, h.cfg.Estimator = compaction.Policy{}, tokens.NewEMA()
-	h.cfg.Hooks = hooks.Chain{pl, compaction.Truncator{}, stuckguard.New(st)}
-	h.cfg.Observers = []engine.RoundObserver{pl}
 	if !snap {
 		return nil
 	}
@@ -104,7 +92,7 @@ func TestStateToolsThroughTheLoop(t *testing.T) {
 		step("first look after all", "create_job", `{"id":"read-ana-reply","schedule":"20 12 29 11 *","description":"read Ana's answer","context":"asked about dinner"}`),
 		end("WAIT"),
 	)
-	part2(t, h, dir, nil, false)
+	withPolicies(t, h, dir, nil, false)
 	m := h.run(context.Background())
 	want(t, m, contract.Wait, contract.ReasonEndTurn, contract.ExitWait)
 	tr := h.sess.Transcript()
@@ -156,7 +144,7 @@ func TestStateToolsThroughTheLoop(t *testing.T) {
 // A WAIT without a job gets the automatic 15-minute follow-up.
 func TestWaitWithoutJobGetsDefaultFollowUp(t *testing.T) {
 	h := newHarness(t, step("planning", "update_progress", onePlan), end("WAIT"))
-	part2(t, h, openDir(t), nil, false)
+	withPolicies(t, h, openDir(t), nil, false)
 	m := h.run(context.Background())
 	if m.FollowUp == nil || m.FollowUp.AfterMinutes != engine.DefaultFollowUpMinutes || m.FollowUp.Job != "" {
 		t.Fatalf("follow-up %+v", m.FollowUp)
@@ -169,7 +157,7 @@ func TestPinnedTailNeverInTranscript(t *testing.T) {
 		step("planning", "update_progress", `{"user_said":"open Settings","steps":[{"title":"find the icon","status":"in_progress"}]}`),
 		pt.Step{Calls: []pt.Call{{Name: "note", Args: `{"summary":"looking","scratchpad":"Settings is on page 2"}`}, {Name: "peek", Args: `{}`}}},
 		end("DONE"))
-	part2(t, h, openDir(t), nil, false)
+	withPolicies(t, h, openDir(t), nil, false)
 	want(t, h.run(context.Background()), contract.Done, contract.ReasonEndTurn, 0)
 	last := string(h.model.Body(2))
 	if !strings.Contains(last, "[in_progress] find the icon") || !strings.Contains(last, "Settings is on page 2") {
@@ -189,7 +177,7 @@ func TestPinnedTailNeverInTranscript(t *testing.T) {
 func TestScratchpadCap(t *testing.T) {
 	big := strings.Repeat("y", engine.ScratchpadMaxChars+100)
 	h := newHarness(t, pt.Step{Calls: []pt.Call{{Name: "note", Args: `{"summary":"s","scratchpad":"` + big + `"}`}, {Name: "peek", Args: `{}`}}}, end("DONE"))
-	part2(t, h, openDir(t), nil, false)
+	withPolicies(t, h, openDir(t), nil, false)
 	h.run(context.Background())
 	if n := len(h.cfg.State.Scratchpad); n != engine.ScratchpadMaxChars {
 		t.Fatalf("scratchpad %d characters", n)
@@ -208,7 +196,7 @@ func TestPlanGateInTheLoop(t *testing.T) {
 	}
 	steps = append(steps, end("STUCK"))
 	h := newHarness(t, steps...)
-	part2(t, h, openDir(t), nil, false)
+	withPolicies(t, h, openDir(t), nil, false)
 	h.run(context.Background())
 	taps := resultsFor(h.sess.Transcript(), "tap")
 	for i, r := range taps {
@@ -231,7 +219,7 @@ func TestFoldsInTheLoop(t *testing.T) {
 	}
 	steps = append(steps, end("DONE"))
 	h := newHarness(t, steps...)
-	part2(t, h, openDir(t), nil, false)
+	withPolicies(t, h, openDir(t), nil, false)
 	want(t, h.run(context.Background()), contract.Done, contract.ReasonEndTurn, 0)
 	tr := h.sess.Transcript()
 	checkPairing(t, tr)
@@ -262,7 +250,7 @@ func TestOverflowTriggersFold(t *testing.T) {
 	}
 	steps = append(steps, pt.Step{Status: 400, ErrType: "invalid_request_error", ErrMessage: "This model's maximum context length is 8192 tokens"}, end("DONE"))
 	h := newHarness(t, steps...)
-	part2(t, h, openDir(t), nil, false)
+	withPolicies(t, h, openDir(t), nil, false)
 	want(t, h.run(context.Background()), contract.Done, contract.ReasonEndTurn, 0)
 	tr := h.sess.Transcript()
 	checkPairing(t, tr)
@@ -271,7 +259,7 @@ func TestOverflowTriggersFold(t *testing.T) {
 	}
 	// Persistent overflow: folded until nothing is left, then compaction_exhausted.
 	h2 := newHarness(t, append(steps[:12:12], pt.Step{Status: 400, ErrType: "invalid_request_error", ErrMessage: "maximum context length exceeded"})...)
-	part2(t, h2, openDir(t), nil, false)
+	withPolicies(t, h2, openDir(t), nil, false)
 	want(t, h2.run(context.Background()), contract.Stuck, contract.ReasonCompactionExhausted, contract.ExitStuck)
 	if n := h2.model.Requests() - 12; n < 2 || n > compaction.MaxOverflowCompactions+1 {
 		t.Errorf("%d overflowing requests", n)
@@ -292,7 +280,7 @@ func TestResumeAfterKillAtRandomTurn(t *testing.T) {
 	steps = withIDs(append(steps, end("DONE")))
 
 	full := newHarness(t, steps...)
-	part2(t, full, openDir(t), nil, true)
+	withPolicies(t, full, openDir(t), nil, true)
 	want(t, full.run(context.Background()), contract.Done, contract.ReasonEndTurn, 0)
 	fullState := *full.cfg.State
 
@@ -301,7 +289,7 @@ func TestResumeAfterKillAtRandomTurn(t *testing.T) {
 	t.Logf("kill after turn %d (seed %d)", kill, seed)
 	dir := openDir(t)
 	cut := newHarness(t, steps...)
-	cutWriter := part2(t, cut, dir, nil, true)
+	cutWriter := withPolicies(t, cut, dir, nil, true)
 	ctx, cancel := context.WithCancel(context.Background())
 	cut.cfg.Observers = append(cut.cfg.Observers, killAt{kill, cancel})
 	cut.run(ctx)
@@ -316,7 +304,7 @@ func TestResumeAfterKillAtRandomTurn(t *testing.T) {
 	}
 	resumed := newHarness(t, steps[kill:]...)
 	resumed.cfg.Rig = cut.rigCli // the same phone
-	w := part2(t, resumed, dir, &snap.State, true)
+	w := withPolicies(t, resumed, dir, &snap.State, true)
 	w.Adopt(snap, msgs)
 	resumed.cfg.Resume = msgs
 	m := resumed.run(context.Background())
@@ -388,7 +376,7 @@ func TestStuckGuardInTheLoop(t *testing.T) {
 		steps = append(steps, step("tap send", "tap", `{"bbox":[0.8,0.9,0.9,0.95]}`))
 	}
 	h := newHarness(t, append(steps, end("STUCK"))...)
-	part2(t, h, openDir(t), nil, false)
+	withPolicies(t, h, openDir(t), nil, false)
 	still := &stillRig{}
 	h.cfg.Rig = still
 	h.run(context.Background())
@@ -409,7 +397,7 @@ func TestFollowUpMovesToTheNextJob(t *testing.T) {
 		step("later", "create_job", `{"id":"later","schedule":"0 13 29 11 *","description":"look later","context":"b"}`),
 		step("not soon", "finish_job", `{"id":"soon","status":"cancel","recap":"no"}`),
 		end("WAIT"))
-	part2(t, h, openDir(t), nil, false)
+	withPolicies(t, h, openDir(t), nil, false)
 	m := h.run(context.Background())
 	if f := m.FollowUp; f == nil || f.Job != "later" || f.AfterMinutes != 60 {
 		t.Fatalf("follow-up %+v, want the later job in 60 minutes", f)
@@ -419,7 +407,7 @@ func TestFollowUpMovesToTheNextJob(t *testing.T) {
 		step("soon", "create_job", `{"id":"soon","schedule":"20 12 29 11 *","description":"look soon","context":"a"}`),
 		step("not soon", "finish_job", `{"id":"soon","status":"done","recap":"no"}`),
 		end("WAIT"))
-	part2(t, h2, openDir(t), nil, false)
+	withPolicies(t, h2, openDir(t), nil, false)
 	if f := h2.run(context.Background()).FollowUp; f == nil || f.Job != "" || f.AfterMinutes != engine.DefaultFollowUpMinutes {
 		t.Fatalf("follow-up %+v, want the automatic one", f)
 	}
