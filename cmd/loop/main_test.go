@@ -166,7 +166,9 @@ func TestEndToEnd(t *testing.T) {
 			defer r1.Close()
 			res := runChild(t, loopEnv(t, model.URL, r1.Endpoint()), c.args, nil)
 			check(t, res, c.code, c.s, c.reason)
-			if c.s == contract.Wait && (res.msg.FollowUp == nil || res.msg.FollowUp.AfterMinutes != 15) {
+			// No job, no delay: afterMinutes is 0 and the controller applies
+			// the run's spec.followUp.defaultDelayMinutes.
+			if c.s == contract.Wait && (res.msg.FollowUp == nil || res.msg.FollowUp.AfterMinutes != 0) {
 				t.Errorf("follow-up %+v", res.msg.FollowUp)
 			}
 		})

@@ -126,7 +126,7 @@ func TestEnvironRoundTripNames(t *testing.T) {
 	}
 }
 
-// followUp.job (issue 4) round-trips and is left out when empty, so older readers see the same JSON.
+// followUp.job round-trips and is left out when empty, so older readers see the same JSON.
 func TestFollowUpJob(t *testing.T) {
 	m := TerminationMessage{Sentinel: Wait, FollowUp: &FollowUp{AfterMinutes: 20, Context: "c", Job: "read-ana-reply"}}
 	b, err := m.Encode()
@@ -140,5 +140,19 @@ func TestFollowUpJob(t *testing.T) {
 	m.FollowUp.Job = ""
 	if b, _ = m.Encode(); strings.Contains(string(b), `"job"`) {
 		t.Errorf("empty job encoded: %s", b)
+	}
+}
+
+// A follow-up whose delay the agent did not choose leaves afterMinutes out:
+// 0 or absent means the run's spec.followUp.defaultDelayMinutes.
+func TestFollowUpWithoutDelay(t *testing.T) {
+	m := TerminationMessage{Sentinel: Wait, FollowUp: &FollowUp{Context: "asked Ana; waiting"}}
+	b, err := m.Encode()
+	if err != nil || !strings.Contains(string(b), `"followUp":{"context":"asked Ana; waiting"}`) {
+		t.Fatalf("%s %v", b, err)
+	}
+	got, err := DecodeTerminationMessage(b)
+	if err != nil || got.FollowUp == nil || got.FollowUp.AfterMinutes != 0 || got.FollowUp.Context != "asked Ana; waiting" {
+		t.Fatalf("%+v %v", got, err)
 	}
 }

@@ -37,7 +37,10 @@ type Usage struct {
 
 // FollowUp is what a WAIT asks of the operator: when to wake the next session, and what to tell it.
 type FollowUp struct {
-	AfterMinutes int    `json:"afterMinutes"`
+	// AfterMinutes is the delay the agent chose (a one-time job's). 0 or
+	// absent = the run's spec.followUp.defaultDelayMinutes: the controller
+	// owns the default, the loop never fills one in.
+	AfterMinutes int    `json:"afterMinutes,omitempty"`
 	Context      string `json:"context,omitempty"`
 	// Job names the one-time agent job (in Jobs) this follow-up was taken
 	// from: both wake the rig at the same time, and an operator that honours

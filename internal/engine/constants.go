@@ -21,8 +21,6 @@ const (
 	ScratchpadMaxChars = 8192
 	// NoteMaxWords bounds a note's summary (seed 000: "一行、≤20 词").
 	NoteMaxWords = 20
-	// DefaultFollowUpMinutes is the automatic follow-up after a WAIT (seed 000: "一个通用的 15 分钟 后续").
-	DefaultFollowUpMinutes = 15
 	// SafePointGrace bounds how long a rig action in flight may finish after a
 	// cancel, so SIGTERM stops at a safe point (ours; within Kubernetes' 30 s grace).
 	SafePointGrace = 25 * time.Second

@@ -88,8 +88,10 @@ func TestEverySentinel(t *testing.T) {
 			h := newHarness(t, turn("peek", `{}`), end(c.status))
 			m := h.run(context.Background())
 			want(t, m, c.s, contract.ReasonEndTurn, c.code)
-			if c.s == contract.Wait && (m.FollowUp == nil || m.FollowUp.AfterMinutes != engine.DefaultFollowUpMinutes) {
-				t.Errorf("WAIT without a job should get the 15-minute follow-up: %+v", m.FollowUp)
+			// The agent chose no delay, so afterMinutes is 0: the
+			// controller applies the run's spec.followUp.defaultDelayMinutes.
+			if c.s == contract.Wait && (m.FollowUp == nil || m.FollowUp.AfterMinutes != 0 || m.FollowUp.Context == "") {
+				t.Errorf("WAIT without a job should leave the delay to the run's default and keep the recap as context: %+v", m.FollowUp)
 			}
 			if c.s == contract.Stuck && !m.Retryable {
 				t.Error("a STUCK from the agent is retryable")

@@ -48,7 +48,9 @@ func (s *Session) finish(ctx context.Context, end *Ending) contract.TerminationM
 	if m.Sentinel == contract.Wait {
 		m.FollowUp = s.state.FollowUp
 		if m.FollowUp == nil {
-			m.FollowUp = &contract.FollowUp{AfterMinutes: DefaultFollowUpMinutes, Context: m.Recap}
+			// The agent chose no delay: afterMinutes stays 0, which the
+			// controller reads as the run's spec.followUp.defaultDelayMinutes.
+			m.FollowUp = &contract.FollowUp{Context: m.Recap}
 		}
 	}
 	s.report()

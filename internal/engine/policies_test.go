@@ -141,12 +141,14 @@ func TestStateToolsThroughTheLoop(t *testing.T) {
 	}
 }
 
-// A WAIT without a job gets the automatic 15-minute follow-up.
-func TestWaitWithoutJobGetsDefaultFollowUp(t *testing.T) {
+// A WAIT without a job carries its recap as the follow-up's context and no
+// delay: afterMinutes 0 leaves it to the run's spec.followUp.defaultDelayMinutes,
+// which only the controller knows.
+func TestWaitWithoutJobLeavesTheDelayToTheRun(t *testing.T) {
 	h := newHarness(t, step("planning", "update_progress", onePlan), end("WAIT"))
 	withPolicies(t, h, openDir(t), nil, false)
 	m := h.run(context.Background())
-	if m.FollowUp == nil || m.FollowUp.AfterMinutes != engine.DefaultFollowUpMinutes || m.FollowUp.Job != "" {
+	if m.FollowUp == nil || m.FollowUp.AfterMinutes != 0 || m.FollowUp.Job != "" || !strings.Contains(m.FollowUp.Context, "recap for WAIT") {
 		t.Fatalf("follow-up %+v", m.FollowUp)
 	}
 }
@@ -408,7 +410,8 @@ func TestFollowUpMovesToTheNextJob(t *testing.T) {
 		step("not soon", "finish_job", `{"id":"soon","status":"done","recap":"no"}`),
 		end("WAIT"))
 	withPolicies(t, h2, openDir(t), nil, false)
-	if f := h2.run(context.Background()).FollowUp; f == nil || f.Job != "" || f.AfterMinutes != engine.DefaultFollowUpMinutes {
-		t.Fatalf("follow-up %+v, want the automatic one", f)
+	// With no job left the agent chose no delay: afterMinutes 0 means the run's default.
+	if f := h2.run(context.Background()).FollowUp; f == nil || f.Job != "" || f.AfterMinutes != 0 {
+		t.Fatalf("follow-up %+v, want none chosen (the run's default delay)", f)
 	}
 }

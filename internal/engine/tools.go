@@ -24,7 +24,8 @@ type State struct {
 	Usage      contract.Usage `json:"usage"`
 	// Jobs are agent-created jobs to report in the termination message.
 	Jobs []contract.Job `json:"jobs,omitempty"`
-	// FollowUp overrides the automatic follow-up of a WAIT.
+	// FollowUp is the WAIT's follow-up the agent chose (a one-time job);
+	// nil: the run's default delay, with the recap as context.
 	FollowUp *contract.FollowUp `json:"followUp,omitempty"`
 	// Plan is the agent's plan (update_progress); nil until it writes one.
 	Plan *Plan `json:"plan,omitempty"`

@@ -207,7 +207,7 @@ func (t *Tools) listJobs() engine.LocalTool {
 }
 
 // pickFollowUp makes the earliest one-time job created in this session and
-// still active the WAIT's follow-up (none: the automatic one).
+// still active the WAIT's follow-up (none: the run's default delay).
 func (t *Tools) pickFollowUp(s *engine.State, now time.Time) {
 	var best *state.Job
 	for _, cj := range s.Jobs {
