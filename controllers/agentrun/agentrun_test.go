@@ -503,10 +503,10 @@ func TestMissedCronJobFallbackAndChainLimit(t *testing.T) {
 	// No CronJob controller runs here: once the fire time plus the starting
 	// deadline has passed, the controller creates the follow-up itself.
 	jump := 16*time.Minute + followup.StartingDeadlineSeconds*time.Second + followup.FallbackSlack
-	clk.advance(jump)
+	clk.Advance(jump)
 	touch(t, ns, "chain")
 	parent := waitPhase(t, ns, "chain", farmv1.RunSucceeded)
-	clk.advance(-jump)
+	clk.Advance(-jump)
 	setMaintenance(t, ns, "rig", false)
 	if c := condition(parent, farmv1.ConditionSucceeded); c.Reason != farmv1.ReasonFollowedUp {
 		t.Fatalf("parent %+v", c)
@@ -590,7 +590,7 @@ func TestAgentJobsBecomeCronJobs(t *testing.T) {
 func TestUnreadyRigHoldsItsQueue(t *testing.T) {
 	ns := namespace(t)
 	makeRig(t, ns, "rig", nil)
-	health.set(ns+"-rig", false)
+	health.Set(ns+"-rig", false)
 	waitRig(t, ns, "rig", func(r *farmv1.DeviceRig) bool { return r.Status.Phase == farmv1.RigNotReady })
 	create(t, newRun(ns, "patient", "rig"))
 	queued := waitPhase(t, ns, "patient", farmv1.RunQueued)
@@ -601,7 +601,7 @@ func TestUnreadyRigHoldsItsQueue(t *testing.T) {
 	if p := getRun(t, ns, "patient").Status.Phase; p != farmv1.RunQueued {
 		t.Fatalf("run left the queue while its rig was not ready: %s", p)
 	}
-	health.set(ns+"-rig", true)
+	health.Set(ns+"-rig", true)
 	waitPhase(t, ns, "patient", farmv1.RunSucceeded)
 }
 

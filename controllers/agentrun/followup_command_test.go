@@ -6,16 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	batchv1 "k8s.io/api/batch/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
-	"github.com/clawfarm/clawfarm/controllers/agentrun"
 	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/followup"
 	"github.com/clawfarm/clawfarm/internal/testing/fakekubelet"
@@ -123,85 +119,6 @@ func TestAgentJobFiringsMakeRuns(t *testing.T) {
 	}
 	waitPhase(t, ns, names[0], farmv1.RunSucceeded)
 	waitPhase(t, ns, names[2], farmv1.RunSucceeded)
-}
-
-// The metrics: counters move when runs finish, and the phase gauge reads the cache.
-func TestMetricsCountRunsAndPhases(t *testing.T) {
-	ns := namespace(t)
-	makeRig(t, ns, "rig", nil)
-	type sample struct {
-		name   string
-		labels []string
-	}
-	samples := []sample{
-		{"clawfarm_agentruns_finished_total", []string{"phase", "Succeeded", "sentinel", "DONE"}},
-		{"clawfarm_attempts_total", []string{"outcome", string(farmv1.OutcomeDone)}},
-		{"clawfarm_queue_wait_seconds", nil}, // histograms: their sample counts
-		{"clawfarm_time_to_pod_seconds", nil},
-	}
-	before := map[string]float64{}
-	for _, m := range samples {
-		before[m.name] = metricValue(t, metrics.Registry, m.name, m.labels...)
-	}
-	scripts.set(ns, "counted", byPod(nil, ends(contract.Done, true, "ok", 50*time.Millisecond)))
-	create(t, newRun(ns, "counted", "rig"))
-	waitPhase(t, ns, "counted", farmv1.RunSucceeded)
-	// The metrics are process-wide and other tests finish runs in parallel: at least this one.
-	for _, m := range samples {
-		if got := metricValue(t, metrics.Registry, m.name, m.labels...); got < before[m.name]+1 {
-			t.Errorf("%s%v went %v → %v, want at least +1", m.name, m.labels, before[m.name], got)
-		}
-	}
-
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(agentrun.NewRunPhaseCollector(client.NewNamespacedClient(k8s, ns)))
-	for phase, want := range map[string]float64{"Succeeded": 1, "Queued": 0, "Running": 0, "Failed": 0, "Pending": 0} {
-		if got := metricValue(t, reg, "clawfarm_agentruns", "phase", phase); got != want {
-			t.Errorf("clawfarm_agentruns{phase=%q} = %v, want %v", phase, got, want)
-		}
-	}
-	if got := metricValue(t, reg, "clawfarm_rig_leases_held"); got != 0 {
-		t.Errorf("clawfarm_rig_leases_held = %v after the run released its rig", got)
-	}
-}
-
-// metricValue reads one sample (counter or gauge) by name and label pairs; a
-// missing sample fails the test.
-func metricValue(t *testing.T, g prometheus.Gatherer, name string, labelPairs ...string) float64 {
-	t.Helper()
-	mfs, err := g.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metric:
-		for _, m := range mf.GetMetric() {
-			have := map[string]string{}
-			for _, l := range m.GetLabel() {
-				have[l.GetName()] = l.GetValue()
-			}
-			for i := 0; i+1 < len(labelPairs); i += 2 {
-				if have[labelPairs[i]] != labelPairs[i+1] {
-					continue metric
-				}
-			}
-			if c := m.GetCounter(); c != nil {
-				return c.GetValue()
-			}
-			if h := m.GetHistogram(); h != nil {
-				return float64(h.GetSampleCount())
-			}
-			return m.GetGauge().GetValue()
-		}
-	}
-	if strings.HasSuffix(name, "_total") {
-		return 0 // a counter vector shows a label set only once it has counted
-	}
-	t.Fatalf("no sample %s%v", name, labelPairs)
-	return 0
 }
 
 // A WAIT whose follow-up was taken from a one-time job the session created

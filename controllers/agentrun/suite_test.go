@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
@@ -17,13 +15,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
@@ -33,14 +29,16 @@ import (
 	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/followup"
 	"github.com/clawfarm/clawfarm/internal/testing/fakekubelet"
+	"github.com/clawfarm/clawfarm/internal/testing/testenv"
 )
 
 var (
+	env     *testenv.Env
 	restCfg *rest.Config
 	k8s     client.Client
-	scheme  = runtime.NewScheme()
-	health  = &healthBook{down: map[string]bool{}}
-	clk     = &offsetClock{}
+	scheme  *runtime.Scheme
+	health  *testenv.Health
+	clk     = &testenv.OffsetClock{}
 	scripts = &scriptBook{m: map[string]func(*corev1.Pod) fakekubelet.Ending{}}
 	kubelet *fakekubelet.Kubelet
 	stopMgr context.CancelFunc
@@ -48,24 +46,12 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run `make test`, which builds the control plane from source and points envtest at it")
-		os.Exit(1)
-	}
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = farmv1.AddToScheme(scheme)
-	env := &envtest.Environment{CRDDirectoryPaths: []string{"../../config/crd/bases"}, ErrorIfCRDPathMissing: true}
 	var err error
-	if restCfg, err = env.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, "start envtest:", err)
-		os.Exit(1)
-	}
-	if k8s, err = client.New(restCfg, client.Options{Scheme: scheme}); err != nil {
+	if env, err = testenv.Start("../../config/crd/bases"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	srv := httptest.NewServer(health)
-	health.url = srv.URL
+	restCfg, k8s, scheme, health = env.Config, env.Client, env.Scheme, env.Health
 	ctx, cancel := context.WithCancel(context.Background())
 	kubelet = &fakekubelet.Kubelet{Client: k8s, Script: scripts.run}
 	go kubelet.Run(ctx)
@@ -74,8 +60,7 @@ func TestMain(m *testing.M) {
 	stopMgr()
 	<-mgrDone
 	cancel()
-	srv.Close()
-	_ = env.Stop()
+	env.Stop()
 	os.Exit(code)
 }
 
@@ -114,46 +99,6 @@ func startManager() (context.CancelFunc, chan struct{}) {
 		}
 	}()
 	return cancel, done
-}
-
-// offsetClock is real time plus an offset a test can advance.
-type offsetClock struct {
-	mu     sync.Mutex
-	offset time.Duration
-}
-
-func (c *offsetClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return time.Now().Add(c.offset)
-}
-func (c *offsetClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
-func (c *offsetClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.offset += d
-}
-
-// healthBook serves /rigs/<name>/api/status; a rig marked down answers all false.
-type healthBook struct {
-	mu   sync.Mutex
-	down map[string]bool
-	url  string
-}
-
-func (h *healthBook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	name := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/rigs/"), "/api/status")
-	h.mu.Lock()
-	ok := !h.down[name]
-	h.mu.Unlock()
-	_ = json.NewEncoder(w).Encode(map[string]bool{"arm": ok, "camera": ok, "bridge": ok, "calibrated": ok,
-		"origin_pinned": ok, "ready": ok, "layout_learned": ok})
-}
-
-func (h *healthBook) set(rig string, up bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.down[rig] = !up
 }
 
 // scriptBook says how the fake kubelet ends each run's pods (default: DONE after 100 ms).
@@ -203,71 +148,16 @@ func byPod(endings map[string]fakekubelet.Ending, otherwise fakekubelet.Ending) 
 	}
 }
 
-var nsSeq struct {
-	sync.Mutex
-	n int
-}
+func namespace(t *testing.T) string { t.Helper(); return env.Namespace(t) }
 
-// namespace makes a fresh namespace for one test.
-func namespace(t *testing.T) string {
-	t.Helper()
-	nsSeq.Lock()
-	nsSeq.n++
-	name := fmt.Sprintf("t%d-%s", nsSeq.n, strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")))
-	nsSeq.Unlock()
-	if len(name) > 50 {
-		name = strings.TrimRight(name[:50], "-")
-	}
-	if err := k8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
-		t.Fatal(err)
-	}
-	return name
-}
-
-// makeRig creates a Ready node and a rig on it, and waits for the rig to be Ready.
 func makeRig(t *testing.T, ns, name string, labels map[string]string) *farmv1.DeviceRig {
 	t.Helper()
-	ctx := context.Background()
-	node := makeNode(t, ns+"-"+name)
-	rig := &farmv1.DeviceRig{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
-		Spec: farmv1.DeviceRigSpec{NodeName: node, Endpoint: farmv1.RigEndpoint{
-			URL:       health.url + "/rigs/" + ns + "-" + name + "/mcp",
-			HealthURL: health.url + "/rigs/" + ns + "-" + name + "/api/status",
-		}, Phone: farmv1.Phone{Platform: "ios", Model: "iPhone 15"}},
-	}
-	if err := k8s.Create(ctx, rig); err != nil {
-		t.Fatal(err)
-	}
-	return waitRig(t, ns, name, func(r *farmv1.DeviceRig) bool { return r.Status.Phase == farmv1.RigReady })
-}
-
-func makeNode(t *testing.T, name string) string {
-	t.Helper()
-	ctx := context.Background()
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	if err := k8s.Create(ctx, n); err != nil {
-		t.Fatal(err)
-	}
-	setNodeReady(t, name, true)
-	return name
+	return env.MakeRig(t, ns, name, labels)
 }
 
 func setNodeReady(t *testing.T, name string, ready bool) {
 	t.Helper()
-	var n corev1.Node
-	if err := k8s.Get(context.Background(), types.NamespacedName{Name: name}, &n); err != nil {
-		t.Fatal(err)
-	}
-	st := corev1.ConditionTrue
-	if !ready {
-		st = corev1.ConditionFalse
-	}
-	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: st, Reason: "Test",
-		Message: "set by the test", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
-	if err := k8s.Status().Update(context.Background(), &n); err != nil {
-		t.Fatal(err)
-	}
+	env.SetNodeReady(t, name, ready)
 }
 
 func newRun(ns, name, rig string) *farmv1.AgentRun {
@@ -319,30 +209,12 @@ func waitPhase(t *testing.T, ns, name string, phase farmv1.RunPhase) *farmv1.Age
 
 func waitRig(t *testing.T, ns, name string, ok func(*farmv1.DeviceRig) bool) *farmv1.DeviceRig {
 	t.Helper()
-	var rig farmv1.DeviceRig
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &rig); err == nil && ok(&rig) {
-			return &rig
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	b, _ := json.MarshalIndent(rig.Status, "", "  ")
-	t.Fatalf("rig %s/%s did not reach the expected state; status:\n%s", ns, name, b)
-	return nil
+	return env.WaitRig(t, ns, name, ok)
 }
 
-// eventually polls cond for up to 30 s.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s", what)
+	testenv.Eventually(t, what, cond)
 }
 
 func leaseHolder(t *testing.T, ns, rig string) string {
@@ -361,12 +233,7 @@ func leaseHolder(t *testing.T, ns, rig string) string {
 }
 
 func condition(run *farmv1.AgentRun, typ string) *metav1.Condition {
-	for i := range run.Status.Conditions {
-		if run.Status.Conditions[i].Type == typ {
-			return &run.Status.Conditions[i]
-		}
-	}
-	return nil
+	return testenv.Condition(run.Status.Conditions, typ)
 }
 
 func podsOf(t *testing.T, ns, run string) []corev1.Pod {

@@ -1,0 +1,268 @@
+// Package testenv is what the controllers' integration suites share: an
+// envtest API server with clawfarm's CRDs, fresh namespaces, Ready nodes,
+// a stand-in for the rigs' health route, polling helpers and a metric
+// reader. Each controller's suite starts its own manager on top.
+package testenv
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+)
+
+// Env is a running API server and etcd, with a client and a health route.
+type Env struct {
+	Config *rest.Config
+	Client client.Client
+	Scheme *runtime.Scheme
+	Health *Health
+
+	env    *envtest.Environment
+	health *httptest.Server
+}
+
+// Start starts the API server and etcd from KUBEBUILDER_ASSETS with the CRDs
+// in crdDir, and a health route for rigs.
+func Start(crdDir string) (*Env, error) {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		return nil, fmt.Errorf("KUBEBUILDER_ASSETS is not set: run `make test`, which builds the control plane from source and points envtest at it")
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := farmv1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	e := &Env{Scheme: scheme, env: &envtest.Environment{CRDDirectoryPaths: []string{crdDir}, ErrorIfCRDPathMissing: true}}
+	var err error
+	if e.Config, err = e.env.Start(); err != nil {
+		return nil, fmt.Errorf("start envtest: %w", err)
+	}
+	if e.Client, err = client.New(e.Config, client.Options{Scheme: scheme}); err != nil {
+		_ = e.env.Stop()
+		return nil, err
+	}
+	e.Health = &Health{down: map[string]bool{}}
+	e.health = httptest.NewServer(e.Health)
+	e.Health.URL = e.health.URL
+	return e, nil
+}
+
+// Stop stops the health route, the API server and etcd.
+func (e *Env) Stop() {
+	e.health.Close()
+	_ = e.env.Stop()
+}
+
+// Health serves /rigs/<name>/api/status, the PhysiClaw status JSON; a rig
+// marked down answers all false.
+type Health struct {
+	URL  string
+	mu   sync.Mutex
+	down map[string]bool
+}
+
+func (h *Health) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	name := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/rigs/"), "/api/status")
+	h.mu.Lock()
+	ok := !h.down[name]
+	h.mu.Unlock()
+	_ = json.NewEncoder(w).Encode(farmv1.RigHealth{Arm: ok, Camera: ok, Bridge: ok, Calibrated: ok,
+		OriginPinned: ok, Ready: ok, LayoutLearned: ok})
+}
+
+// Set marks the rig served as <name> up or down.
+func (h *Health) Set(name string, up bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.down[name] = !up
+}
+
+var nsSeq struct {
+	sync.Mutex
+	n int
+}
+
+// Namespace makes a fresh namespace for one test.
+func (e *Env) Namespace(t *testing.T) string {
+	t.Helper()
+	nsSeq.Lock()
+	nsSeq.n++
+	name := fmt.Sprintf("t%d-%s", nsSeq.n, strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")))
+	nsSeq.Unlock()
+	if len(name) > 50 {
+		name = strings.TrimRight(name[:50], "-")
+	}
+	if err := e.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// MakeRig creates a Ready node and a rig on it, served by the health route as
+// <ns>-<name>, and waits for the rig to be Ready.
+func (e *Env) MakeRig(t *testing.T, ns, name string, labels map[string]string) *farmv1.DeviceRig {
+	t.Helper()
+	node := e.MakeNode(t, ns+"-"+name)
+	rig := &farmv1.DeviceRig{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
+		Spec: farmv1.DeviceRigSpec{NodeName: node, Endpoint: farmv1.RigEndpoint{
+			URL:       e.Health.URL + "/rigs/" + ns + "-" + name + "/mcp",
+			HealthURL: e.Health.URL + "/rigs/" + ns + "-" + name + "/api/status",
+		}, Phone: farmv1.Phone{Platform: "ios", Model: "iPhone 15"}},
+	}
+	if err := e.Client.Create(context.Background(), rig); err != nil {
+		t.Fatal(err)
+	}
+	return e.WaitRig(t, ns, name, func(r *farmv1.DeviceRig) bool { return r.Status.Phase == farmv1.RigReady })
+}
+
+// MakeNode creates a Ready node.
+func (e *Env) MakeNode(t *testing.T, name string) string {
+	t.Helper()
+	if err := e.Client.Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+	e.SetNodeReady(t, name, true)
+	return name
+}
+
+// SetNodeReady sets the node's Ready condition, as its kubelet would.
+func (e *Env) SetNodeReady(t *testing.T, name string, ready bool) {
+	t.Helper()
+	var n corev1.Node
+	if err := e.Client.Get(context.Background(), types.NamespacedName{Name: name}, &n); err != nil {
+		t.Fatal(err)
+	}
+	st := corev1.ConditionTrue
+	if !ready {
+		st = corev1.ConditionFalse
+	}
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: st, Reason: "Test",
+		Message: "set by the test", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+	if err := e.Client.Status().Update(context.Background(), &n); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// WaitRig polls the rig until ok, for up to 30 s, and fails with its status.
+func (e *Env) WaitRig(t *testing.T, ns, name string, ok func(*farmv1.DeviceRig) bool) *farmv1.DeviceRig {
+	t.Helper()
+	var rig farmv1.DeviceRig
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if err := e.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &rig); err == nil && ok(&rig) {
+			return &rig
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	b, _ := json.MarshalIndent(rig.Status, "", "  ")
+	t.Fatalf("rig %s/%s did not reach the expected state; status:\n%s", ns, name, b)
+	return nil
+}
+
+// Eventually polls cond for up to 30 s.
+func Eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+// Condition returns the condition of type typ, or nil.
+func Condition(conds []metav1.Condition, typ string) *metav1.Condition {
+	for i := range conds {
+		if conds[i].Type == typ {
+			return &conds[i]
+		}
+	}
+	return nil
+}
+
+// MetricValue reads one sample (counter, gauge, or a histogram's sample
+// count) by name and label pairs; a missing sample fails the test, except for
+// a counter vector, which shows a label set only once it has counted.
+func MetricValue(t *testing.T, g prometheus.Gatherer, name string, labelPairs ...string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metric:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for i := 0; i+1 < len(labelPairs); i += 2 {
+				if have[labelPairs[i]] != labelPairs[i+1] {
+					continue metric
+				}
+			}
+			if c := m.GetCounter(); c != nil {
+				return c.GetValue()
+			}
+			if h := m.GetHistogram(); h != nil {
+				return float64(h.GetSampleCount())
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	if strings.HasSuffix(name, "_total") {
+		return 0
+	}
+	t.Fatalf("no sample %s%v", name, labelPairs)
+	return 0
+}
+
+// OffsetClock is real time plus an offset a test can advance.
+type OffsetClock struct {
+	mu     sync.Mutex
+	offset time.Duration
+}
+
+// Now is the real time plus the offset.
+func (c *OffsetClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.offset)
+}
+
+// Since is Now() - t.
+func (c *OffsetClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
+
+// Advance moves the clock forward by d.
+func (c *OffsetClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.offset += d
+}
