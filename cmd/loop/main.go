@@ -86,13 +86,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	em := events.NewEmitter(stdout, red, nil)
 	dir, closeState, err := openState(cfg.StateDir, logf)
-	var parts *attemptFiles
+	var files *attemptFiles
 	if err == nil {
 		defer closeState()
-		parts, err = wire(&ec, dir, cfg, logf)
-		defer parts.Close()
+		files, err = wire(&ec, dir, cfg, logf)
+		defer files.Close()
 		if err == nil {
-			em = events.NewEmitter(io.MultiWriter(stdout, parts.trace), red, nil)
+			em = events.NewEmitter(io.MultiWriter(stdout, files.trace), red, nil)
 		}
 	}
 	if err != nil {

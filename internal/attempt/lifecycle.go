@@ -30,8 +30,8 @@ func Recorded(st *farmv1.AgentRunStatus, pod string) bool {
 }
 
 // Apply records an attempt's outcome in the run's status and returns what it
-// means, by the sentinel table of DESIGN.md. It never moves a run backwards
-// from a final phase.
+// means, by the sentinel table of docs/loop-contract.md. It never moves a run
+// backwards from a final phase.
 func Apply(run *farmv1.AgentRun, rec farmv1.AttemptRecord, o Outcome) Verdict {
 	st := &run.Status
 	st.Attempts = append(st.Attempts, rec)

@@ -34,7 +34,7 @@ func ParseSentinel(s string) (Sentinel, error) {
 	return "", fmt.Errorf("unknown sentinel %q: want one of DONE, FAIL, WAIT, IDLE, STUCK", s)
 }
 
-// Exit codes of the loop process (DESIGN.md, "Sentinels and what the operator does").
+// Exit codes of the loop process (docs/loop-contract.md, "Exit codes and the termination message").
 const (
 	ExitDone              = 0
 	ExitFail              = 1

@@ -13,7 +13,7 @@ type Setting struct {
 	Help string
 }
 
-// The loop's settings (DESIGN.md, "The pod contract (v1)").
+// The loop's settings (docs/loop-contract.md, "Settings").
 var (
 	SettingRun            = Setting{"run", "CLAWFARM_RUN", "namespace/name of the AgentRun (progress is patched there; empty = no cluster)"}
 	SettingAttempt        = Setting{"attempt", "CLAWFARM_ATTEMPT", "attempt number, from 1"}
@@ -31,8 +31,9 @@ var (
 	SettingDenyTools      = Setting{"deny-tools", "CLAWFARM_DENY_TOOLS", "tools the policy blocks, comma-separated"}
 	SettingResume         = Setting{"resume", "CLAWFARM_RESUME", "continue this attempt from its snapshot"}
 	SettingTerminationLog = Setting{"termination-log", "CLAWFARM_TERMINATION_LOG", "where the termination message is written"}
-	// SettingModelTimeout was added after v1's first draft (additive): the
-	// model idle timeout, configurable per provider.
+	// SettingModelTimeout is the model idle timeout, configurable per
+	// provider; it is optional, so an operator that does not set it still
+	// speaks v1.
 	SettingModelTimeout = Setting{"model-timeout-seconds", "CLAWFARM_MODEL_TIMEOUT_SECONDS", "model idle timeout in seconds: a reply that sends nothing for this long is retried (default 120; 300 for openai-compatible)"}
 )
 

@@ -1,9 +1,10 @@
 package contract
 
 // The names of the tools an agent calls. The rig serves the twelve rig tools
-// over MCP (docs/rig-contract.md); the engine runs the rest itself
-// (docs/engine.md). The engine, the rig client and both simulators spell
-// every tool name from here, so a rename is one edit.
+// over MCP; the engine runs the rest itself and never sends them to the rig
+// (docs/rig-contract.md, "The twelve tools, in wire order" and "Engine-side
+// tools"). The engine, the rig client and both simulators spell every tool
+// name from here, so a rename is one edit.
 
 // The rig's twelve tools (docs/rig-contract.md).
 const (
@@ -28,9 +29,10 @@ var RigTools = []string{
 	ToolHomeScreen, ToolGoBack, ToolForceQuit, ToolUnlockPhone, ToolSendToClipboard, ToolSequence,
 }
 
-// The engine's own tools (docs/engine.md). note and end_session are in every
-// session; the rest come with the plan and the rig's state directory, Skill
-// only when the rig has skills.
+// The engine's own tools (docs/rig-contract.md, "Engine-side tools"; how they
+// work: docs/engine.md). note and end_session are in every session; the rest
+// come with the plan and the rig's state directory, Skill only when the rig
+// has skills.
 const (
 	// ToolNote narrates a turn: every turn is [note, one other tool].
 	ToolNote = "note"

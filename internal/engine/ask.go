@@ -95,8 +95,8 @@ type eventSink struct {
 func (e *eventSink) Text(d string)     { e.s.emit(events.TextDelta(e.turn, d)) }
 func (e *eventSink) Thinking(d string) { e.s.emit(events.Thinking(e.turn, d)) }
 
-// noRetry reports the provider failures a fresh attempt cannot fix (issue 3:
-// auth, billing, unknown model are fatal with no retry).
+// noRetry reports the provider failures a fresh attempt cannot fix: auth,
+// billing and an unknown model are fatal with no retry (docs/loop-contract.md).
 func noRetry(c provider.ErrorClass) bool {
 	switch c {
 	case provider.ClassAuth, provider.ClassBilling, provider.ClassModelNotFound:

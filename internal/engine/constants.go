@@ -11,13 +11,13 @@ import (
 // compaction.MaxOverflowCompactions, backoff.Base/Cap, progress.Interval,
 // provider.DefaultIdleTimeout).
 const (
-	// MaxMalformedTurns in a row end the session STUCK (DESIGN.md, on seed 000's turn-shape rule).
+	// MaxMalformedTurns in a row end the session STUCK (seed 000's turn-shape rule; docs/engine.md).
 	MaxMalformedTurns = 5
-	// DefaultMaxTurns is the turn limit (DESIGN.md: maxTurns default 300; seed 002's 25 is for chat agents).
+	// DefaultMaxTurns is the turn limit (docs/loop-contract.md: 300; seed 002's 25 is for chat agents).
 	DefaultMaxTurns = contract.DefaultMaxTurns
-	// DefaultSessionBudget is the session time budget (loop-contract.md: 3600 s).
+	// DefaultSessionBudget is the session time budget (docs/loop-contract.md: 3600 s).
 	DefaultSessionBudget = contract.DefaultSessionSeconds * time.Second
-	// ScratchpadMaxChars caps the scratchpad (issue 4: 8192 characters; counted in bytes).
+	// ScratchpadMaxChars caps the scratchpad (docs/engine.md: 8192 characters, counted in bytes).
 	ScratchpadMaxChars = 8192
 	// NoteMaxWords bounds a note's summary (seed 000: "一行、≤20 词").
 	NoteMaxWords = 20

@@ -78,7 +78,9 @@ type Config struct {
 	Progress ProgressSink    // nil: none
 	Redactor *redact.Redactor
 
-	// The policies. Nil fields get part 1's defaults.
+	// The policies. Nil fields get the engine's bare defaults (no
+	// compaction, a fixed token ratio, note and end_session only);
+	// policies.Wire fills in the production ones.
 	Hooks     hooks.Hooks
 	Compactor compaction.Compactor
 	Estimator tokens.Estimator
@@ -89,7 +91,7 @@ type Config struct {
 	Breaker   *breaker.Breaker
 	Clock     Clock
 
-	// ExtraSystem is appended to the system prompt (part 2: the skills index).
+	// ExtraSystem is appended to the system prompt (the skills index).
 	ExtraSystem string
 	// State is the session state; the caller may share it with its policies
 	// (plan, stuck guard) and fill it from a snapshot. Nil: a fresh one.

@@ -536,7 +536,7 @@ func TestProgressIsReportedAndSecretFree(t *testing.T) {
 	}
 }
 
-// planTail is a part-2-shaped policy: a message pinned to the tail of every request.
+// planTail is a Pinned policy shaped like the plan: a message pinned to the tail of every request.
 type planTail struct{}
 
 func (planTail) Tail(s *engine.State) []provider.Message {

@@ -41,7 +41,7 @@ func (s *Session) Run(ctx context.Context) contract.TerminationMessage {
 		if end := s.dispatch(ctx, calls); end != nil {
 			return s.finish(ctx, end)
 		}
-		// 6. Tell the observers (part 2: snapshots, stuck guard) and report progress.
+		// 6. Tell the observers (the step watchdog, the snapshot) and report progress.
 		s.afterRound(ctx)
 	}
 }

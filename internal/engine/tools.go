@@ -12,8 +12,8 @@ import (
 	"github.com/clawfarm/clawfarm/internal/provider"
 )
 
-// State is the session state engine-side tools read and write. Part 2's
-// tools (plan, memory, jobs, wait, Skill) keep their state beside it.
+// State is the session state engine-side tools read and write; the
+// policies (plan, stuck guard, token calibration) keep theirs in it too.
 //
 // Everything in it is plain data: a snapshot (engine/snapshot) is this
 // struct and the transcript, so a resumed session carries on exactly.
@@ -40,7 +40,7 @@ type State struct {
 	Tokens *tokens.Calibration `json:"tokens,omitempty"`
 }
 
-// Plan is what update_progress writes (RIG-CONTRACT.md).
+// Plan is what update_progress writes (docs/rig-contract.md, "Engine-side tools").
 type Plan struct {
 	UserSaid      string     `json:"userSaid,omitempty"`
 	Understanding string     `json:"understanding,omitempty"`
@@ -104,7 +104,8 @@ type LocalTool struct {
 	Run  func(ctx context.Context, c *Call) Output
 }
 
-// Registry holds the engine-side tools. Part 2 registers its tools here.
+// Registry holds the engine-side tools: note and end_session, and whatever
+// the policies register (policies.Wire: update_progress, the state tools, Skill).
 type Registry struct {
 	tools map[string]LocalTool
 	order []string

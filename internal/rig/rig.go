@@ -1,5 +1,5 @@
 // Package rig is the client of a phone rig: an MCP server over streamable
-// HTTP (RIG-CONTRACT.md). It offers the rig's tools to the engine as they
+// HTTP (docs/rig-contract.md). It offers the rig's tools to the engine as they
 // are, maps their results (text and JPEG screens) to the transcript's shape,
 // retries a busy rig briefly, and reconnects a dropped connection with
 // backoff until the rig is declared gone.
@@ -28,7 +28,7 @@ import (
 var ErrUnavailable = errors.New("rig unavailable")
 
 // Defaults of the client. They are ours: the seeds say only that a busy rig
-// answers "busy, retry" (RIG-CONTRACT.md) and that a session survives a
+// answers "busy, retry" (docs/rig-contract.md) and that a session survives a
 // flaky rig.
 const (
 	// DefaultBusyRetries is how often a "busy" answer is retried.

@@ -1,7 +1,8 @@
-// Package state is a rig's state directory (DESIGN.md, "state per rig"): the
-// agent's memory (memory.md), its daily logs, the jobs it created, the skills
-// it can load, session snapshots and traces. One process at a time may write
-// it: Open takes an exclusive file lock and fails when another holder has it.
+// Package state is a rig's state directory (docs/loop-contract.md, "The
+// state directory"): the agent's memory (memory.md), its daily logs, the jobs
+// it created, the skills it can load, session snapshots and traces. One
+// process at a time may write it: Open takes an exclusive file lock and fails
+// when another holder has it.
 //
 // Layout under the root:
 //

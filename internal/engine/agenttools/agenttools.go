@@ -1,4 +1,4 @@
-// Package agenttools are the engine-side tools of RIG-CONTRACT.md that keep
+// Package agenttools are the engine-side tools (docs/rig-contract.md) that keep
 // knowledge across sessions, backed by the rig's state directory
 // (internal/state): append_log, save_memory, read_memory, read_logs,
 // update_memory; create_job, get_job, list_jobs, finish_job (reported in the
@@ -22,7 +22,7 @@ import (
 
 // The numbers.
 const (
-	// MinWaitSeconds and MaxWaitSeconds bound wait (RIG-CONTRACT.md: 1..60).
+	// MinWaitSeconds and MaxWaitSeconds bound wait (docs/rig-contract.md: 1..60).
 	MinWaitSeconds = 1
 	MaxWaitSeconds = 60
 	// MaxReadLogs bounds read_logs(entries) (ours).

@@ -1,7 +1,8 @@
 // Package compaction is the hook the loop calls to shrink its transcript:
 // before each request, when preflight refuses a prompt, and when the provider
-// reports a context overflow. Part 1 ships only the interface and a policy
-// that never compacts; the real one (latest screen wins, turn folds) is part 2.
+// reports a context overflow. None never compacts (the engine's default
+// when no policy is wired); Policy is the production one (latest screen
+// wins, turn folds).
 package compaction
 
 import (

@@ -25,7 +25,7 @@ import (
 	"github.com/clawfarm/clawfarm/internal/provider"
 )
 
-// The numbers (issue 4).
+// The numbers (docs/engine.md, "Plan and scratchpad").
 const (
 	MaxSteps   = 20
 	GateTurns  = 8

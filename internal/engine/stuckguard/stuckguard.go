@@ -1,8 +1,8 @@
 // Package stuckguard stops an agent that keeps doing what does not work
-// (issue 4): the same target pressed with no screen change draws a warning
-// at the WarnAt-th press and is refused at the RefuseAt-th; a cycle of 2 or
-// 3 actions repeated over and over likewise. Its counters reset when the
-// plan step changes (a new step is a new attempt).
+// (docs/engine.md, "Stuck guard"): the same target pressed with no screen
+// change draws a warning at the WarnAt-th press and is refused at the
+// RefuseAt-th; a cycle of 2 or 3 actions repeated over and over likewise. Its
+// counters reset when the plan step changes (a new step is a new attempt).
 package stuckguard
 
 import (
@@ -18,7 +18,8 @@ import (
 	"github.com/clawfarm/clawfarm/internal/engine/plan"
 )
 
-// The numbers (issue 4).
+// The numbers (docs/rig-contract.md: the third press that changes nothing
+// draws a warning, the fifth is refused).
 const (
 	WarnAt   = 3
 	RefuseAt = 5
@@ -26,7 +27,7 @@ const (
 	HistoryLen = 3 * RefuseAt
 )
 
-// NoChange is the rig's verdict for a gesture that changed nothing (RIG-CONTRACT.md).
+// NoChange is the rig's verdict for a gesture that changed nothing (docs/rig-contract.md, "What comes back").
 const NoChange = "screen: no visible change"
 
 // Guard is the policy over a session's state.

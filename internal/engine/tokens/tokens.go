@@ -1,7 +1,8 @@
 // Package tokens estimates a request's size in tokens before it is sent, and
-// refuses one that would not fit (seed 002, "预检验证"). Part 1 uses a fixed
-// characters-per-token ratio; the calibrated estimator (EMA) plugs in behind
-// the same Estimator interface.
+// refuses one that would not fit (seed 002, "预检验证"). Fixed is a fixed
+// characters-per-token ratio (the engine's default); the calibrated
+// estimator (EMA, the production one) plugs in behind the same Estimator
+// interface.
 package tokens
 
 import (

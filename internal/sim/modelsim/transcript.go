@@ -9,7 +9,7 @@ import (
 	"github.com/clawfarm/clawfarm/internal/contract"
 )
 
-// listingHeader opens every rig element listing (RIG-CONTRACT.md, "What comes back").
+// listingHeader opens every rig element listing (docs/rig-contract.md, "The element listing").
 const listingHeader = `id [kind] "label" [left,top,right,bottom] conf`
 
 // retryMarker opens the note of a turn that only looks again; such turns do not advance the script.

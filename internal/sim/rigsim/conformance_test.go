@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// tools/list has exactly the twelve tools of RIG-CONTRACT.md, in wire order, with its argument schemas.
+// tools/list has exactly the twelve tools of docs/rig-contract.md, in wire order, with its argument schemas.
 func TestToolsListMatchesTheRigContract(t *testing.T) {
 	tr := startRig(t, Config{})
 	res, err := tr.cs.ListTools(context.Background(), nil)

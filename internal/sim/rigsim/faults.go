@@ -9,7 +9,7 @@ import (
 	"github.com/clawfarm/clawfarm/internal/contract"
 )
 
-// Faults are the failures a rig produces on demand (RIG-CONTRACT.md, "How real rigs fail").
+// Faults are the failures a rig produces on demand (docs/rig-contract.md, "How real rigs fail").
 // Each one looks on the wire the way the real failure does.
 type Faults struct {
 	// Latency overrides a tool's typical duration (then scaled by the rig's time scale).
@@ -66,7 +66,7 @@ func (f Faults) healthy(field string) bool {
 	return !ok || v
 }
 
-// typicalDuration is how long each tool takes on a real rig (RIG-CONTRACT.md, the tool table).
+// typicalDuration is how long each tool takes on a real rig (docs/rig-contract.md, "The twelve tools, in wire order").
 // The simulated clock advances by it; the wall clock sleeps it times the time scale.
 var typicalDuration = map[string]time.Duration{
 	contract.ToolPeek:            4 * time.Second,

@@ -10,7 +10,7 @@ import (
 	"github.com/clawfarm/clawfarm/internal/sim/rigsim/phone"
 )
 
-// ListingHeader is the first line of every element listing (RIG-CONTRACT.md, "What comes back").
+// ListingHeader is the first line of every element listing (docs/rig-contract.md, "The element listing").
 const ListingHeader = `id [kind] "label" [left,top,right,bottom] conf`
 
 // rowTolerance groups elements whose tops differ by less than this into one row when numbering.

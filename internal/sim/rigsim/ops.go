@@ -22,7 +22,7 @@ var (
 	errScreenshotTimeout = errors.New("screenshot upload timed out — check the iOS Shortcut (the phone bridge is not answering)")
 )
 
-// Verdicts of a gesture (RIG-CONTRACT.md, "What comes back").
+// Verdicts of a gesture (docs/rig-contract.md, "What comes back").
 const (
 	verdictChanged   = "screen: changed"
 	verdictUnchanged = "screen: no visible change"

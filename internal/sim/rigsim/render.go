@@ -22,7 +22,7 @@ const (
 	frameWidth  = 480
 	frameHeight = 1040
 	jpegQuality = 80
-	maxLongEdge = 1566 // RIG-CONTRACT.md: a JPEG's longest edge is at most 1566 px
+	maxLongEdge = 1566 // docs/rig-contract.md: a JPEG's longest edge is at most 1566 px
 	glyphWidth  = 7    // basicfont.Face7x13
 	glyphHeight = 13
 	glyphAscent = 11

@@ -11,7 +11,7 @@ import (
 	"github.com/clawfarm/clawfarm/internal/sim/rigsim/phone"
 )
 
-// Argument limits from RIG-CONTRACT.md, "The twelve tools".
+// Argument limits from docs/rig-contract.md, "The twelve tools, in wire order".
 const (
 	maxClipboardChars = 10000
 	minSequenceSteps  = 2
