@@ -256,7 +256,9 @@ func (r *Reconciler) phase(rig *farmv1.DeviceRig) farmv1.RigPhase {
 	return farmv1.RigReady
 }
 
-// healthy: a rig is usable only when every health boolean is true (RIG-CONTRACT.md).
+// healthy: a rig is usable only when arm, camera, bridge, calibrated,
+// origin_pinned and ready are all true (docs/rig-contract.md); layout_learned
+// is recorded in the status but not required.
 func healthy(h *farmv1.RigHealth) bool {
 	return h.Arm && h.Camera && h.Bridge && h.Calibrated && h.OriginPinned && h.Ready
 }

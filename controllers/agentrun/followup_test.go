@@ -1,0 +1,343 @@
+package agentrun_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/internal/contract"
+	"github.com/clawfarm/clawfarm/internal/followup"
+	"github.com/clawfarm/clawfarm/internal/testing/fakekubelet"
+)
+
+// An agent job's CronJob fires the way the CronJob controller runs it: a Job
+// named <cronjob>-<scheduled minute>, whose pod runs `manager followup` with
+// that name from the downward API. A periodic job makes one run per firing; a
+// one-time job makes its run and deletes its own CronJob; a retried Job
+// creates nothing twice.
+func TestAgentJobFiringsMakeRuns(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	makeRig(t, ns, "rig", nil)
+	m := contract.TerminationMessage{Sentinel: contract.Done, Retryable: true, Recap: "set up reminders", ExitReason: contract.ReasonEndTurn,
+		Jobs: []contract.Job{
+			{Op: contract.JobCreate, ID: "water", Kind: contract.JobPeriodic, Schedule: "0 9 * * *", Description: "water plants"},
+			{Op: contract.JobCreate, ID: "call-mum", Kind: contract.JobOneTime, Schedule: "30 14 1 12 *", Description: "call mum"},
+		}}
+	b, _ := m.Encode()
+	scripts.set(ns, "plan", byPod(nil, fakekubelet.Ending{After: 50 * time.Millisecond, ExitCode: 0, Message: string(b)}))
+	create(t, newRun(ns, "plan", "rig"))
+	waitPhase(t, ns, "plan", farmv1.RunSucceeded)
+
+	request := func(cronJob string) followup.Request {
+		var cj batchv1.CronJob
+		if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: cronJob}, &cj); err != nil {
+			t.Fatalf("CronJob %s: %v", cronJob, err)
+		}
+		env := cj.Spec.JobTemplate.Spec.Template.Spec.Containers[0].Env
+		var raw string
+		var jobNameFromDownwardAPI bool
+		for _, e := range env {
+			switch e.Name {
+			case followup.EnvRequest:
+				raw = e.Value
+			case followup.EnvJobName:
+				jobNameFromDownwardAPI = e.ValueFrom != nil && e.ValueFrom.FieldRef != nil &&
+					e.ValueFrom.FieldRef.FieldPath == "metadata.labels['batch.kubernetes.io/job-name']"
+			}
+		}
+		if !jobNameFromDownwardAPI {
+			t.Fatalf("CronJob %s does not pass its Job's name to the pod: %+v", cronJob, env)
+		}
+		req, err := followup.DecodeRequest(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return req
+	}
+
+	periodic := followup.AgentJobCronJobName("rig", "water")
+	req := request(periodic)
+	var names []string
+	for _, job := range []string{periodic + "-29412000", periodic + "-29412000", periodic + "-29413440"} {
+		name, err := followup.Create(ctx, k8s, req, job)
+		if err != nil {
+			t.Fatalf("firing %s: %v", job, err)
+		}
+		names = append(names, name)
+	}
+	if names[0] != names[1] || names[0] == names[2] || !strings.HasSuffix(names[0], "-29412000") {
+		t.Fatalf("periodic firings named %v: want one run per scheduled minute, the retried Job's run once", names)
+	}
+	for _, name := range []string{names[0], names[2]} {
+		var run farmv1.AgentRun
+		if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &run); err != nil {
+			t.Fatalf("run %s: %v", name, err)
+		}
+		if run.Spec.RigRef == nil || run.Spec.RigRef.Name != "rig" || !strings.Contains(run.Spec.Trigger, "water plants") {
+			t.Fatalf("run %s: rig %+v trigger %q", name, run.Spec.RigRef, run.Spec.Trigger)
+		}
+	}
+	var cj batchv1.CronJob
+	if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: periodic}, &cj); err != nil {
+		t.Fatalf("a periodic job's CronJob must outlive its firings: %v", err)
+	}
+
+	oneTime := followup.AgentJobCronJobName("rig", "call-mum")
+	req = request(oneTime)
+	if req.DeleteCronJob != oneTime {
+		t.Fatalf("one-time request deletes %q, want its CronJob %q", req.DeleteCronJob, oneTime)
+	}
+	name, err := followup.Create(ctx, k8s, req, oneTime+"-29413950")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &farmv1.AgentRun{}); err != nil {
+		t.Fatalf("one-time run %s: %v", name, err)
+	}
+	eventually(t, "one-time CronJob deleted", func() bool {
+		err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: oneTime}, &cj)
+		return apierrors.IsNotFound(err) || cj.DeletionTimestamp != nil
+	})
+	if _, err := followup.Create(ctx, k8s, req, oneTime+"-29413950"); err != nil {
+		t.Fatalf("a retried one-time Job after its CronJob is gone: %v", err)
+	}
+
+	// A Job name without the minute cannot name the run: a clear error, nothing created.
+	if _, err := followup.Create(ctx, k8s, request(periodic), "handmade-job"); err == nil || !strings.Contains(err.Error(), "downward API") {
+		t.Fatalf("a Job name without the minute: %v", err)
+	}
+	for _, name := range names {
+		scripts.set(ns, name, byPod(nil, ends(contract.Done, true, "watered", 50*time.Millisecond)))
+	}
+	waitPhase(t, ns, names[0], farmv1.RunSucceeded)
+	waitPhase(t, ns, names[2], farmv1.RunSucceeded)
+}
+
+// A WAIT whose follow-up was taken from a one-time job the session created
+// (followUp.job) makes one wake-up, not two: the WAIT follow-up carries it.
+func TestWaitForAJobMakesOneFollowUp(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	makeRig(t, ns, "rig", nil)
+	m := contract.TerminationMessage{Sentinel: contract.Wait, Retryable: true, Recap: "asked Ana; check at 14:30", ExitReason: contract.ReasonEndTurn,
+		FollowUp: &contract.FollowUp{AfterMinutes: 30, Context: "read Ana's reply", Job: "check-reply"},
+		Jobs: []contract.Job{
+			{Op: contract.JobCreate, ID: "check-reply", Kind: contract.JobOneTime, Schedule: "30 14 1 12 *", Description: "read Ana's reply"},
+			{Op: contract.JobCreate, ID: "water", Kind: contract.JobPeriodic, Schedule: "0 9 * * *", Description: "water plants"},
+		}}
+	b, _ := m.Encode()
+	scripts.set(ns, "ask", byPod(nil, fakekubelet.Ending{After: 50 * time.Millisecond, ExitCode: 10, Message: string(b)}))
+	create(t, newRun(ns, "ask", "rig"))
+	run := waitPhase(t, ns, "ask", farmv1.RunWaiting)
+	eventually(t, "the WAIT CronJob", func() bool {
+		return k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "ask-fu"}, &batchv1.CronJob{}) == nil
+	})
+	if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: followup.AgentJobCronJobName("rig", "check-reply")}, &batchv1.CronJob{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the job the WAIT follow-up carries got its own CronJob too (err %v): two runs would wake the rig", err)
+	}
+	if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: followup.AgentJobCronJobName("rig", "water")}, &batchv1.CronJob{}); err != nil {
+		t.Fatalf("an unrelated periodic job must still get its CronJob: %v", err)
+	}
+	var carried *farmv1.AgentJobStatus
+	for i := range run.Status.Jobs {
+		if run.Status.Jobs[i].ID == "check-reply" {
+			carried = &run.Status.Jobs[i]
+		}
+	}
+	if carried == nil || carried.CronJob != "ask-fu" || !strings.Contains(carried.Message, "WAIT follow-up") {
+		t.Fatalf("status.jobs must say the WAIT follow-up carries the job: %+v", run.Status.Jobs)
+	}
+
+	// With follow-ups disabled, nothing would carry it: the job gets its own CronJob.
+	scripts.set(ns, "ask-alone", byPod(nil, fakekubelet.Ending{After: 50 * time.Millisecond, ExitCode: 10, Message: string(b)}))
+	alone := newRun(ns, "ask-alone", "rig")
+	alone.Spec.FollowUp.MaxChain = ptr.To[int32](0) // an explicit 0 survives defaulting
+	create(t, alone)
+	waitRun(t, ns, "ask-alone", func(r *farmv1.AgentRun) bool { return r.Status.Phase.Finished() })
+	if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: followup.AgentJobCronJobName("rig", "check-reply")}, &batchv1.CronJob{}); err != nil {
+		t.Fatalf("with follow-ups disabled the job must get its own CronJob: %v", err)
+	}
+}
+
+func TestWaitSchedulesAFollowUpCronJob(t *testing.T) {
+	ns := namespace(t)
+	makeRig(t, ns, "rig", nil)
+	m := contract.TerminationMessage{Sentinel: contract.Wait, Retryable: true, Recap: "asked Ana for the code", ExitReason: contract.ReasonEndTurn,
+		FollowUp: &contract.FollowUp{AfterMinutes: 20, Context: "read Ana's reply"}}
+	b, _ := m.Encode()
+	scripts.set(ns, "ask", byPod(nil, fakekubelet.Ending{After: 50 * time.Millisecond, ExitCode: 10, Message: string(b)}))
+	create(t, newRun(ns, "ask", "rig"))
+	run := waitPhase(t, ns, "ask", farmv1.RunWaiting)
+	fu := run.Status.FollowUp
+	if fu == nil || fu.Run != "ask-f1" || fu.Chain != 1 || fu.CronJob != "ask-fu" {
+		t.Fatalf("followUp status %+v", fu)
+	}
+	finish := run.Status.Attempts[0].FinishTime.Time
+	if d := fu.FireTime.Sub(finish); d < 20*time.Minute || d > 21*time.Minute {
+		t.Fatalf("fire time %s is %s after the finish, want 20 minutes (rounded up to the minute)", fu.FireTime, d)
+	}
+	if c := condition(run, farmv1.ConditionSucceeded); c.Status != metav1.ConditionTrue || c.Reason != farmv1.ReasonWaiting {
+		t.Fatalf("Succeeded while waiting: %+v", c)
+	}
+	eventually(t, "rig released while waiting", func() bool { return leaseHolder(t, ns, "rig") == "" })
+
+	var cj batchv1.CronJob
+	eventually(t, "CronJob ask-fu", func() bool {
+		return k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "ask-fu"}, &cj) == nil
+	})
+	ft := fu.FireTime.UTC()
+	if want := fmt.Sprintf("%d %d %d %d *", ft.Minute(), ft.Hour(), ft.Day(), int(ft.Month())); cj.Spec.Schedule != want {
+		t.Errorf("schedule %q, want %q", cj.Spec.Schedule, want)
+	}
+	if cj.Spec.TimeZone == nil || *cj.Spec.TimeZone != "Etc/UTC" || cj.Spec.ConcurrencyPolicy != batchv1.ForbidConcurrent ||
+		cj.Spec.StartingDeadlineSeconds == nil || *cj.Spec.StartingDeadlineSeconds != followup.StartingDeadlineSeconds ||
+		*cj.Spec.SuccessfulJobsHistoryLimit != 1 || *cj.Spec.FailedJobsHistoryLimit != 1 {
+		t.Errorf("CronJob spec %+v", cj.Spec)
+	}
+	if ref := metav1.GetControllerOf(&cj); ref == nil || ref.UID != run.UID {
+		t.Errorf("CronJob owner %+v", cj.OwnerReferences)
+	}
+	ctr := cj.Spec.JobTemplate.Spec.Template.Spec.Containers[0]
+	if ctr.Image != "manager:test" || ctr.Args[0] != "followup" {
+		t.Errorf("job container %+v", ctr)
+	}
+	req, err := followup.DecodeRequest(ctr.Env[0].Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req.Run.Name != "ask-f1" || !strings.Contains(req.Run.Spec.Trigger, "asked Ana for the code") ||
+		!strings.Contains(req.Run.Spec.Trigger, "read Ana's reply") || !strings.Contains(req.Run.Spec.Trigger, "Set a 5 minute timer") {
+		t.Fatalf("follow-up request %s: %q", req.Run.Name, req.Run.Spec.Trigger)
+	}
+
+	// The Job runs `manager followup`: twice is the same as once.
+	for i := 0; i < 2; i++ {
+		if name, err := followup.Create(context.Background(), k8s, req, ""); err != nil || name != "ask-f1" {
+			t.Fatalf("followup.Create #%d = %q, %v", i+1, name, err)
+		}
+	}
+	scripts.set(ns, "ask-f1", byPod(nil, ends(contract.Done, true, "got the code", 50*time.Millisecond)))
+	parent := waitPhase(t, ns, "ask", farmv1.RunSucceeded)
+	if c := condition(parent, farmv1.ConditionSucceeded); c.Reason != farmv1.ReasonFollowedUp {
+		t.Fatalf("parent Succeeded %+v", c)
+	}
+	eventually(t, "CronJob deleted once the follow-up exists", func() bool {
+		err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "ask-fu"}, &cj)
+		return apierrors.IsNotFound(err) || (err == nil && cj.DeletionTimestamp != nil)
+	})
+	child := waitPhase(t, ns, "ask-f1", farmv1.RunSucceeded)
+	if child.Labels[farmv1.LabelChainRoot] != "ask" || child.Labels[farmv1.LabelParent] != "ask" {
+		t.Fatalf("child labels %v", child.Labels)
+	}
+}
+
+func TestMissedCronJobFallbackAndChainLimit(t *testing.T) {
+	ns := namespace(t)
+	makeRig(t, ns, "rig", nil)
+	wait := ends(contract.Wait, true, "waiting", 50*time.Millisecond)
+	scripts.set(ns, "chain", byPod(nil, wait))
+	scripts.set(ns, "chain-f1", byPod(nil, wait))
+	run := newRun(ns, "chain", "rig")
+	run.Spec.FollowUp.MaxChain = ptr.To[int32](1)
+	create(t, run)
+	waitPhase(t, ns, "chain", farmv1.RunWaiting)
+	// Hold the follow-up in the queue while the clock is moved, so its pods
+	// are not judged by the moved clock.
+	setMaintenance(t, ns, "rig", true)
+	// No CronJob controller runs here: once the fire time plus the starting
+	// deadline has passed, the controller creates the follow-up itself.
+	jump := 16*time.Minute + followup.StartingDeadlineSeconds*time.Second + followup.FallbackSlack
+	clk.Advance(jump)
+	touch(t, ns, "chain")
+	parent := waitPhase(t, ns, "chain", farmv1.RunSucceeded)
+	clk.Advance(-jump)
+	setMaintenance(t, ns, "rig", false)
+	if c := condition(parent, farmv1.ConditionSucceeded); c.Reason != farmv1.ReasonFollowedUp {
+		t.Fatalf("parent %+v", c)
+	}
+	// The follow-up waits too, but the chain is full: no third run.
+	child := waitRun(t, ns, "chain-f1", func(r *farmv1.AgentRun) bool { return r.Status.Phase.Finished() })
+	if c := condition(child, farmv1.ConditionFollowUpScheduled); c == nil || c.Status != metav1.ConditionFalse || c.Reason != farmv1.ReasonChainLimitReached {
+		t.Fatalf("FollowUpScheduled of the last link: %+v; status %+v", c, child.Status)
+	}
+	var f2 farmv1.AgentRun
+	if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "chain-f2"}, &f2); !apierrors.IsNotFound(err) {
+		t.Fatalf("chain-f2 exists past maxChain 1: %v", err)
+	}
+}
+
+func setMaintenance(t *testing.T, ns, name string, on bool) {
+	t.Helper()
+	patch := client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"unschedulable":%v}}`, on)))
+	if err := k8s.Patch(context.Background(), &farmv1.DeviceRig{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}, patch); err != nil {
+		t.Fatal(err)
+	}
+	want := farmv1.RigMaintenance
+	if !on {
+		want = farmv1.RigReady
+	}
+	waitRig(t, ns, name, func(r *farmv1.DeviceRig) bool { return r.Status.Phase == want })
+}
+
+func touch(t *testing.T, ns, name string) {
+	t.Helper()
+	patch := client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"annotations":{"test/touch":"%d"}}}`, time.Now().UnixNano())))
+	if err := k8s.Patch(context.Background(), &farmv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}, patch); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestAgentJobsBecomeCronJobs(t *testing.T) {
+	ns := namespace(t)
+	makeRig(t, ns, "rig", nil)
+	m := contract.TerminationMessage{Sentinel: contract.Done, Retryable: true, Recap: "set up reminders", ExitReason: contract.ReasonEndTurn,
+		Jobs: []contract.Job{
+			{Op: contract.JobCreate, ID: "water", Kind: contract.JobPeriodic, Schedule: "0 9 * * *", Description: "water plants", Context: "balcony"},
+			{Op: contract.JobCreate, ID: "bad", Kind: contract.JobOneTime, Schedule: "every day"},
+		}}
+	b, _ := m.Encode()
+	scripts.set(ns, "jobs", byPod(nil, fakekubelet.Ending{After: 50 * time.Millisecond, ExitCode: 0, Message: string(b)}))
+	create(t, newRun(ns, "jobs", "rig"))
+	run := waitPhase(t, ns, "jobs", farmv1.RunSucceeded)
+	var cj batchv1.CronJob
+	if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: followup.AgentJobCronJobName("rig", "water")}, &cj); err != nil {
+		t.Fatal(err)
+	}
+	if cj.Spec.Schedule != "0 9 * * *" || cj.Labels[farmv1.LabelRig] != "rig" || cj.Labels[farmv1.LabelJobID] != "water" {
+		t.Fatalf("agent job CronJob %+v %v", cj.Spec.Schedule, cj.Labels)
+	}
+	req, err := followup.DecodeRequest(cj.Spec.JobTemplate.Spec.Template.Spec.Containers[0].Env[0].Value)
+	if err != nil || !req.NameFromJob || req.Run.Spec.RigRef.Name != "rig" || !strings.Contains(req.Run.Spec.Trigger, "water plants") {
+		t.Fatalf("agent job request %+v, %v", req, err)
+	}
+	var bad *farmv1.AgentJobStatus
+	for i := range run.Status.Jobs {
+		if run.Status.Jobs[i].ID == "bad" {
+			bad = &run.Status.Jobs[i]
+		}
+	}
+	if bad == nil || !strings.Contains(bad.Message, "not a 5-field cron") {
+		t.Fatalf("a bad schedule must be reported, not materialised: %+v", run.Status.Jobs)
+	}
+	// finish_job(cancel) in a later run removes it.
+	m2 := contract.TerminationMessage{Sentinel: contract.Done, Retryable: true, Jobs: []contract.Job{{Op: contract.JobFinish, ID: "water", Status: "cancel"}}}
+	b2, _ := m2.Encode()
+	scripts.set(ns, "jobs2", byPod(nil, fakekubelet.Ending{After: 50 * time.Millisecond, ExitCode: 0, Message: string(b2)}))
+	create(t, newRun(ns, "jobs2", "rig"))
+	waitPhase(t, ns, "jobs2", farmv1.RunSucceeded)
+	eventually(t, "agent job CronJob removed", func() bool {
+		err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: followup.AgentJobCronJobName("rig", "water")}, &cj)
+		return apierrors.IsNotFound(err) || cj.DeletionTimestamp != nil
+	})
+}
