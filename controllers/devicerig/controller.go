@@ -118,8 +118,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			if err := lease.ReleaseStale(ctx, r.Client, l); err != nil {
 				return ctrl.Result{}, err
 			}
-			r.Recorder.Eventf(&rig, nil, corev1.EventTypeWarning, farmv1.EventStaleLeaseReleased, "Release",
-				"released the lease of run %s, which no longer exists", name)
+			recorder{r.Recorder}.staleLeaseReleased(&rig, name)
 		} else {
 			st.CurrentRun = name
 		}
@@ -141,11 +140,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			return ctrl.Result{}, fmt.Errorf("update rig status: %w", err)
 		}
 		if health(before.Phase) != health(st.Phase) {
-			kind := corev1.EventTypeNormal
-			if st.Phase == farmv1.RigNotReady || st.Phase == farmv1.RigOffline {
-				kind = corev1.EventTypeWarning
-			}
-			r.Recorder.Eventf(&rig, nil, kind, farmv1.EventRigPhasePrefix+string(st.Phase), "Observe", "rig is %s: %s", st.Phase, readyMessage(&rig))
+			recorder{r.Recorder}.phase(&rig, readyMessage(&rig))
 		}
 	}
 	next := r.Config.ProbeInterval
