@@ -200,7 +200,7 @@ func (w *writeCounter) table(runs int) string {
 
 // TestBenchOperator: 200 Ready rigs, 1,000 AgentRuns created at once, a fake
 // kubelet that ends each pod with DONE 1 s after it starts. It prints the
-// figures of issue 2's benchmark; it is a measurement, run by `make bench-operator`.
+// figures docs/benchmarks.md records; it is a measurement, run by `make bench-operator`.
 func TestBenchOperator(t *testing.T) {
 	ctrl.SetLogger(logr.Discard()) // the figures are the output; reconcile logs would drown them
 	scheme := kruntime.NewScheme()
