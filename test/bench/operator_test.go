@@ -42,8 +42,8 @@ import (
 	"github.com/clawfarm/clawfarm/controllers/devicerig"
 	"github.com/clawfarm/clawfarm/internal/attempt"
 	"github.com/clawfarm/clawfarm/internal/contract"
-	"github.com/clawfarm/clawfarm/internal/testing/fakekubelet"
 	"github.com/clawfarm/clawfarm/internal/followup"
+	"github.com/clawfarm/clawfarm/internal/testing/fakekubelet"
 )
 
 const (
