@@ -35,6 +35,9 @@ func Recorded(st *farmv1.AgentRunStatus, pod string) bool {
 func Apply(run *farmv1.AgentRun, rec farmv1.AttemptRecord, o Outcome) Verdict {
 	st := &run.Status
 	st.Attempts = append(st.Attempts, rec)
+	// The record, not the stored field, says which attempt ended: the status
+	// that would have said it was running may never have been written.
+	st.Attempt = max(st.Attempt, rec.Attempt)
 	if n := len(st.Attempts); n > MaxHistory {
 		st.Attempts = st.Attempts[n-MaxHistory:]
 	}
@@ -80,12 +83,12 @@ func Apply(run *farmv1.AgentRun, rec farmv1.AttemptRecord, o Outcome) Verdict {
 		return Verdict{farmv1.RunRetrying, farmv1.ReasonRetrying, "free retry after an infrastructure failure: " + o.Explanation}
 	}
 	// STUCK, crashes, OOM, signals: counted.
-	if st.Attempt >= lim.MaxAttempts {
+	if rec.Attempt >= lim.MaxAttempts {
 		return Verdict{farmv1.RunFailed, farmv1.ReasonAttemptsExhausted,
-			fmt.Sprintf("attempt %d of %d ended STUCK: %s", st.Attempt, lim.MaxAttempts, o.Explanation)}
+			fmt.Sprintf("attempt %d of %d ended STUCK: %s", rec.Attempt, lim.MaxAttempts, o.Explanation)}
 	}
 	return Verdict{farmv1.RunRetrying, farmv1.ReasonRetrying,
-		fmt.Sprintf("attempt %d of %d ended STUCK (%s); starting a fresh attempt", st.Attempt, lim.MaxAttempts, o.Explanation)}
+		fmt.Sprintf("attempt %d of %d ended STUCK (%s); starting a fresh attempt", rec.Attempt, lim.MaxAttempts, o.Explanation)}
 }
 
 // NextPod is the attempt pod a run that needs one should have.

@@ -146,3 +146,33 @@ func TestPodName(t *testing.T) {
 		t.Fatal(PodName("run", 2, 0), PodName("run", 2, 3))
 	}
 }
+
+// The attempt limit counts the attempt the ended pod was, not the status's
+// attempt field: the reconcile that creates a pod leaves the status to a later
+// one, so a pod that ends STUCK before any status said Running finds the
+// field still at the attempt before (0 for the first).
+func TestAttemptLimitCountsTheEndedPod(t *testing.T) {
+	stuck := Outcome{Class: farmv1.OutcomeStuck, Counted: true, Sentinel: "STUCK"}
+	for _, tc := range []struct {
+		name        string
+		max, stored int32
+		rec         int32
+		want        farmv1.RunPhase
+	}{
+		{"first pod ends before any status said Running", 1, 0, 1, farmv1.RunFailed},
+		{"second pod ends before its Running status", 2, 1, 2, farmv1.RunFailed},
+		{"attempts left", 2, 0, 1, farmv1.RunRetrying},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			run := &farmv1.AgentRun{Spec: farmv1.AgentRunSpec{Limits: farmv1.RunLimits{MaxAttempts: tc.max}}}
+			run.Status.Attempt = tc.stored
+			v := Apply(run, farmv1.AttemptRecord{Attempt: tc.rec, Pod: PodName("r", tc.rec, 0), Outcome: farmv1.OutcomeStuck, Counted: true}, stuck)
+			if v.Phase != tc.want {
+				t.Fatalf("maxAttempts %d, attempt %d ended STUCK: %s (%s), want %s", tc.max, tc.rec, v.Phase, v.Message, tc.want)
+			}
+			if run.Status.Attempt != tc.rec {
+				t.Errorf("status.attempt = %d after recording attempt %d", run.Status.Attempt, tc.rec)
+			}
+		})
+	}
+}
