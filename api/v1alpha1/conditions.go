@@ -86,9 +86,12 @@ const (
 
 // Stable reasons of DeviceRig conditions.
 const (
-	ReasonNodeReady      = "NodeReady"
-	ReasonNodeNotReady   = "NodeNotReady"
-	ReasonNodeNotFound   = "NodeNotFound"
+	ReasonNodeReady    = "NodeReady"
+	ReasonNodeNotReady = "NodeNotReady"
+	ReasonNodeNotFound = "NodeNotFound"
+	// ReasonNodeCordoned: the node is Ready but cordoned or tainted NoExecute
+	// (a drain): the rig is NotReady, and its queue waits.
+	ReasonNodeCordoned   = "NodeCordoned"
 	ReasonProbeSucceeded = "ProbeSucceeded"
 	ReasonProbeFailed    = "ProbeFailed"
 	ReasonHealthNotReady = "HealthNotReady"

@@ -159,14 +159,33 @@ func (r *Reconciler) nodeState(ctx context.Context, name string) (bool, string, 
 		return false, farmv1.ReasonUnknown, err.Error()
 	}
 	for _, c := range node.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			if c.Status == corev1.ConditionTrue {
-				return true, farmv1.ReasonNodeReady, fmt.Sprintf("node %s is Ready", name)
-			}
+		if c.Type != corev1.NodeReady {
+			continue
+		}
+		if c.Status != corev1.ConditionTrue {
 			return false, farmv1.ReasonNodeNotReady, fmt.Sprintf("node %s is not Ready: %s", name, c.Message)
 		}
+		if why := cordoned(&node); why != "" {
+			return false, farmv1.ReasonNodeCordoned, fmt.Sprintf("node %s is Ready but %s: no new session starts on it", name, why)
+		}
+		return true, farmv1.ReasonNodeReady, fmt.Sprintf("node %s is Ready", name)
 	}
 	return false, farmv1.ReasonNodeNotReady, fmt.Sprintf("node %s reports no Ready condition", name)
+}
+
+// cordoned says why a Ready node takes no new sessions: it is cordoned
+// (kubectl cordon or drain), or it carries a NoExecute taint other than the
+// rig taint loop pods tolerate. "" when it takes them.
+func cordoned(node *corev1.Node) string {
+	if node.Spec.Unschedulable {
+		return "cordoned (spec.unschedulable; kubectl uncordon ends it)"
+	}
+	for _, t := range node.Spec.Taints {
+		if t.Effect == corev1.TaintEffectNoExecute && t.Key != farmv1.TaintRig {
+			return fmt.Sprintf("tainted %s:NoExecute", t.Key)
+		}
+	}
+	return ""
 }
 
 // probe asks the rig's health route (the PhysiClaw /api/status JSON).
@@ -240,6 +259,9 @@ func (r *Reconciler) phase(rig *farmv1.DeviceRig) farmv1.RigPhase {
 	case rig.Spec.Unschedulable:
 		return farmv1.RigMaintenance
 	case !conditions.IsTrue(st.Conditions, farmv1.ConditionNodeReady):
+		if c := conditions.Get(st.Conditions, farmv1.ConditionNodeReady); c != nil && c.Reason == farmv1.ReasonNodeCordoned {
+			return farmv1.RigNotReady // the node runs, and the sessions on it go on: only new ones wait
+		}
 		return farmv1.RigOffline
 	case !conditions.IsTrue(st.Conditions, farmv1.ConditionEndpointReachable),
 		!conditions.IsTrue(st.Conditions, farmv1.ConditionCalibrated),

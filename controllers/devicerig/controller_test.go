@@ -4,7 +4,9 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -139,4 +141,68 @@ func TestRigOnMissingNodeIsOffline(t *testing.T) {
 	if n := testenv.MetricValue(t, metrics.Registry, "clawfarm_rigs", "phase", string(farmv1.RigOffline)); n < 1 {
 		t.Errorf("clawfarm_rigs{phase=Offline} = %v with an Offline rig", n)
 	}
+}
+
+// A drain starts with a cordon: a rig on a cordoned node, or one tainted
+// NoExecute, takes no new session — NotReady with reason NodeCordoned, not
+// Offline (the node and the sessions on it still run) — and is Ready again
+// once the node is uncordoned. The rig taint itself changes nothing.
+func TestCordonedNodeMakesTheRigNotReady(t *testing.T) {
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	rig := env.MakeRig(t, ns, "rig", nil)
+	setNode := func(change func(*corev1.Node)) {
+		t.Helper()
+		var n corev1.Node
+		if err := env.Client.Get(ctx, types.NamespacedName{Name: rig.Spec.NodeName}, &n); err != nil {
+			t.Fatal(err)
+		}
+		patch := client.MergeFrom(n.DeepCopy())
+		change(&n)
+		if err := env.Client.Patch(ctx, &n, patch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	notReadyBy := func(r *farmv1.DeviceRig) bool {
+		c := rigCondition(r, farmv1.ConditionReady)
+		return r.Status.Phase == farmv1.RigNotReady && c != nil && c.Reason == farmv1.ReasonNodeCordoned
+	}
+	ready := func(r *farmv1.DeviceRig) bool { return r.Status.Phase == farmv1.RigReady }
+
+	setNode(func(n *corev1.Node) { n.Spec.Unschedulable = true })
+	r := env.WaitRig(t, ns, "rig", notReadyBy)
+	if c := rigCondition(r, farmv1.ConditionNodeReady); !strings.Contains(c.Message, "cordoned") {
+		t.Errorf("NodeReady %+v: the message should say the node is cordoned", c)
+	}
+	setNode(func(n *corev1.Node) { n.Spec.Unschedulable = false })
+	env.WaitRig(t, ns, "rig", ready)
+
+	setNode(func(n *corev1.Node) {
+		n.Spec.Taints = []corev1.Taint{{Key: farmv1.TaintRig, Effect: corev1.TaintEffectNoExecute}}
+	})
+	// The loop pods tolerate the rig taint: give the controller a few probes to (wrongly) react.
+	for range 5 {
+		time.Sleep(200 * time.Millisecond)
+		if r := getRig(t, ns, "rig"); r.Status.Phase != farmv1.RigReady {
+			t.Fatalf("the rig taint made the rig %s", r.Status.Phase)
+		}
+	}
+	setNode(func(n *corev1.Node) {
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "example.com/drain", Effect: corev1.TaintEffectNoExecute})
+	})
+	r = env.WaitRig(t, ns, "rig", notReadyBy)
+	if c := rigCondition(r, farmv1.ConditionNodeReady); !strings.Contains(c.Message, "example.com/drain") {
+		t.Errorf("NodeReady %+v: the message should name the taint", c)
+	}
+	setNode(func(n *corev1.Node) { n.Spec.Taints = n.Spec.Taints[:1] })
+	env.WaitRig(t, ns, "rig", ready)
+}
+
+func getRig(t *testing.T, ns, name string) *farmv1.DeviceRig {
+	t.Helper()
+	var r farmv1.DeviceRig
+	if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &r); err != nil {
+		t.Fatal(err)
+	}
+	return &r
 }
