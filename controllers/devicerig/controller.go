@@ -52,6 +52,9 @@ type Reconciler struct {
 	Recorder events.EventRecorder
 	Clock    clock.PassiveClock
 	HTTP     *http.Client
+	// APIReader reads around the cache where a stale read could release a
+	// Lease still in use (default: the manager's API reader).
+	APIReader client.Reader
 	Config   Config
 }
 
@@ -228,21 +231,24 @@ func healthURL(rig *farmv1.DeviceRig) string {
 	return (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: "/api/status"}).String()
 }
 
-// staleLease reports whether the run holding a Lease is gone, asking the API
-// server so a just-created run is never mistaken for a missing one.
+// staleLease reports whether a rig's Lease names a run that is gone: no run
+// of that name and UID exists, and no pod of it is alive. A cache that lags
+// a brand-new run would call its Lease stale, so a miss in the cache is
+// confirmed against the API server before anything is released.
 func (r *Reconciler) staleLease(ctx context.Context, namespace, run string, uid types.UID) (bool, error) {
 	var ar farmv1.AgentRun
-	err := r.Get(ctx, types.NamespacedName{Namespace: namespace, Name: run}, &ar)
-	if err == nil && ar.UID == uid {
+	key := types.NamespacedName{Namespace: namespace, Name: run}
+	if err := r.Get(ctx, key, &ar); err == nil && ar.UID == uid {
 		return false, nil
 	}
-	if err != nil && !apierrors.IsNotFound(err) {
+	switch err := r.APIReader.Get(ctx, key, &ar); {
+	case err == nil && ar.UID == uid:
+		return false, nil
+	case err != nil && !apierrors.IsNotFound(err):
 		return false, err
 	}
-	// The cache may lag a brand-new run: only call it stale once the API agrees,
-	// and only when no pod of that run is still alive.
 	var pods corev1.PodList
-	if err := r.List(ctx, &pods, client.InNamespace(namespace), client.MatchingLabels{farmv1.LabelRun: run}); err != nil {
+	if err := r.APIReader.List(ctx, &pods, client.InNamespace(namespace), client.MatchingLabels{farmv1.LabelRun: run}); err != nil {
 		return false, err
 	}
 	for i := range pods.Items {
@@ -250,7 +256,7 @@ func (r *Reconciler) staleLease(ctx context.Context, namespace, run string, uid 
 			return false, nil
 		}
 	}
-	return err != nil, nil
+	return true, nil
 }
 
 func (r *Reconciler) phase(rig *farmv1.DeviceRig) farmv1.RigPhase {
@@ -333,6 +339,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	if r.HTTP == nil {
 		r.HTTP = &http.Client{Timeout: r.Config.ProbeTimeout}
+	}
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&farmv1.DeviceRig{}).

@@ -46,15 +46,13 @@ func TestDeviceRigStatusFollowsTheWorld(t *testing.T) {
 	if err := env.Client.Create(ctx, run); err != nil {
 		t.Fatal(err)
 	}
-	// The controller's cache may not show the brand-new run yet and release
-	// its Lease as stale: the Lease is taken again until the rig shows it.
-	testenv.Eventually(t, "rig InUse by run busy", func() bool {
-		if res, err := lease.Acquire(ctx, env.Client, "rig", lease.HolderOf(run)); err != nil || !res.Acquired {
-			t.Fatalf("acquire: %+v %v", res, err)
-		}
-		var r farmv1.DeviceRig
-		err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "rig"}, &r)
-		return err == nil && r.Status.Phase == farmv1.RigInUse && r.Status.CurrentRun == "busy"
+	// The controller's cache may not show the brand-new run yet: it asks the
+	// API server before it calls the Lease stale.
+	if res, err := lease.Acquire(ctx, env.Client, "rig", lease.HolderOf(run)); err != nil || !res.Acquired {
+		t.Fatalf("acquire: %+v %v", res, err)
+	}
+	env.WaitRig(t, ns, "rig", func(r *farmv1.DeviceRig) bool {
+		return r.Status.Phase == farmv1.RigInUse && r.Status.CurrentRun == "busy"
 	})
 	// The run goes without releasing its Lease: the stale Lease is released,
 	// with a warning Event, and the rig is Ready again.
