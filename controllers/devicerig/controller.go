@@ -55,7 +55,7 @@ type Reconciler struct {
 	// APIReader reads around the cache where a stale read could release a
 	// Lease still in use (default: the manager's API reader).
 	APIReader client.Reader
-	Config   Config
+	Config    Config
 }
 
 // +kubebuilder:rbac:groups=farm.clawfarm.dev,resources=devicerigs,verbs=get;list;watch;update;patch
