@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
 	"time"
 
@@ -101,7 +102,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		msg = contract.TerminationMessage{Sentinel: contract.Stuck, Retryable: true, ExitReason: contract.ReasonRigUnavailable,
 			Recap: red.String("stopped before the first turn: the rig's state directory: " + err.Error())}
 		em.Emit(events.Done(msg))
-	} else if rc, err := rig.Dial(ctx, rig.Config{Endpoint: cfg.RigEndpoint, ReconnectWindow: rigReconnectWindow}); err != nil {
+	} else if rc, err := rig.Dial(ctx, rigConfig(cfg, getenv)); err != nil {
 		reason, text := contract.ReasonRigUnavailable, "stopped before the first turn: "+err.Error()
 		if ctx.Err() != nil {
 			reason, text = contract.ReasonUserCancel, "stopped before the first turn: the attempt was cancelled"
@@ -122,6 +123,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		logf("%v", err)
 	}
 	return msg.ExitCode()
+}
+
+// rigConfig is the rig client's configuration: the endpoint, and who is
+// calling — the run, the attempt and the pod, whose name Kubernetes (and
+// rignode) put in HOSTNAME — sent to the rig with every request
+// (docs/rig-contract.md, "Who is calling").
+func rigConfig(cfg config, getenv func(string) string) rig.Config {
+	return rig.Config{Endpoint: cfg.RigEndpoint, ReconnectWindow: rigReconnectWindow,
+		Run: cfg.Run, Attempt: cfg.Attempt, Pod: strings.TrimSpace(getenv("HOSTNAME"))}
 }
 
 // runSession runs the engine, turning a panic into a retryable STUCK: Go

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -45,8 +46,16 @@ const (
 
 // Config configures the client.
 type Config struct {
-	Endpoint         string
-	HTTPClient       *http.Client
+	Endpoint   string
+	HTTPClient *http.Client
+	// Run (namespace/name), Attempt and Pod say who is calling: they go out
+	// as contract.HeaderRun, HeaderAttempt and HeaderPod on every request to
+	// the rig, so a rig can tell one attempt reconnecting from two attempts
+	// on one phone (docs/rig-contract.md, "Who is calling"). Empty ones (and
+	// Attempt 0) are not sent.
+	Run              string
+	Attempt          int
+	Pod              string
 	BusyRetries      int
 	BusyDelay        time.Duration
 	ReconnectWindow  time.Duration
@@ -80,7 +89,52 @@ func (c Config) withDefaults() Config {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	c.HTTPClient = identified(c.HTTPClient, c.Run, c.Attempt, c.Pod)
 	return c
+}
+
+// identified is hc (nil: the default client) sending the caller's identity
+// headers on every request; hc itself when there is nothing to send.
+func identified(hc *http.Client, run string, attempt int, pod string) *http.Client {
+	h := http.Header{}
+	if run != "" {
+		h.Set(contract.HeaderRun, run)
+	}
+	if attempt > 0 {
+		h.Set(contract.HeaderAttempt, strconv.Itoa(attempt))
+	}
+	if pod != "" {
+		h.Set(contract.HeaderPod, pod)
+	}
+	if len(h) == 0 {
+		return hc
+	}
+	var out http.Client
+	if hc != nil {
+		out = *hc
+	}
+	next := out.Transport
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	out.Transport = &identityTransport{next: next, header: h}
+	return &out
+}
+
+// identityTransport adds fixed headers to every request it carries.
+type identityTransport struct {
+	next   http.RoundTripper
+	header http.Header
+}
+
+// RoundTrip sends a copy of req with the headers set: a RoundTripper must not
+// change the request it was given.
+func (t *identityTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	req = req.Clone(req.Context())
+	for k, v := range t.header {
+		req.Header[k] = v
+	}
+	return t.next.RoundTrip(req)
 }
 
 // Result is what a rig tool returned, in the transcript's terms.

@@ -3,10 +3,17 @@ package rig_test
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/rig"
 	"github.com/clawfarm/clawfarm/internal/testing/rigtest"
 )
@@ -69,3 +76,80 @@ func TestReconnect(t *testing.T) {
 		t.Fatalf("err %v, want ErrUnavailable", err)
 	}
 }
+
+// Every request to the rig — the handshake, tools/list, each call and the
+// closing DELETE — says which attempt is calling, and a client's own
+// transport still carries them.
+func TestIdentityHeaders(t *testing.T) {
+	r := rigtest.New()
+	defer r.Close()
+	target, _ := url.Parse(r.URL)
+	var mu sync.Mutex
+	var seen []http.Header
+	var methods []string
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		mu.Lock()
+		seen = append(seen, req.Header.Clone())
+		methods = append(methods, req.Method)
+		mu.Unlock()
+		httputil.NewSingleHostReverseProxy(target).ServeHTTP(w, req)
+	}))
+	defer proxy.Close()
+	var viaOwn atomic.Int32
+	own := &http.Client{Transport: roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		viaOwn.Add(1)
+		return http.DefaultTransport.RoundTrip(req)
+	})}
+
+	c, err := rig.Dial(context.Background(), rig.Config{Endpoint: proxy.URL + "/mcp", HTTPClient: own,
+		Run: "farm/run-1", Attempt: 2, Pod: "run-1-a2-r1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := c.Call(context.Background(), "peek", []byte(`{}`)); err != nil || res.IsError {
+		t.Fatalf("peek: %+v %v", res, err)
+	}
+	c.Close()
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) < 4 || methods[len(methods)-1] != http.MethodDelete {
+		t.Fatalf("requests %q: want initialize, its notification, tools/list, the call and a DELETE", methods)
+	}
+	for i, h := range seen {
+		if h.Get(contract.HeaderRun) != "farm/run-1" || h.Get(contract.HeaderAttempt) != "2" || h.Get(contract.HeaderPod) != "run-1-a2-r1" {
+			t.Errorf("request %d (%s): run %q attempt %q pod %q", i, methods[i],
+				h.Get(contract.HeaderRun), h.Get(contract.HeaderAttempt), h.Get(contract.HeaderPod))
+		}
+	}
+	if int(viaOwn.Load()) != len(seen) {
+		t.Errorf("%d of %d requests went through the configured client", viaOwn.Load(), len(seen))
+	}
+}
+
+// Without a cluster the run is empty: that header is left out, the others go.
+func TestIdentityHeadersLeaveOutEmptyOnes(t *testing.T) {
+	var mu sync.Mutex
+	var got http.Header
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		mu.Lock()
+		got = req.Header.Clone()
+		mu.Unlock()
+		http.Error(w, "no rig here", http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	_, err := rig.Dial(context.Background(), rig.Config{Endpoint: srv.URL + "/mcp", Attempt: 1,
+		ReconnectWindow: time.Millisecond, ReconnectBackoff: time.Millisecond})
+	if !errors.Is(err, rig.ErrUnavailable) {
+		t.Fatalf("dial: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if _, ok := got[contract.HeaderRun]; ok || got.Get(contract.HeaderAttempt) != "1" || got.Get(contract.HeaderPod) != "" {
+		t.Fatalf("headers %v", got)
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
