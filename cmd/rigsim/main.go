@@ -47,6 +47,7 @@ func run(args []string) error {
 	hiccups := fs.Float64("camera-hiccups", 0, "fault: fraction of gestures that come back text-only")
 	busy := fs.Float64("busy", 0, "fault: fraction of calls refused with busy, retry")
 	bridgeDown := fs.Bool("bridge-down", false, "fault: the phone bridge is down (screenshot fails, the clipboard is not confirmed)")
+	sessionIdle := fs.Duration("session-idle", 0, "the session ledger closes a session after this long without a tool call (default 30s, or the config's)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -77,6 +78,12 @@ func run(args []string) error {
 	}
 	if *replyAfter > 0 {
 		cfg.Phone.ReplyAfter = rigsim.Duration(*replyAfter)
+	}
+	if set["session-idle"] {
+		if *sessionIdle <= 0 {
+			return fmt.Errorf("--session-idle=%s: want a positive duration such as 30s", *sessionIdle)
+		}
+		cfg.SessionIdle = rigsim.Duration(*sessionIdle)
 	}
 	f := &cfg.Faults
 	if set["glare"] {
@@ -122,9 +129,11 @@ func serve(listen string, n int, portPerRig bool, cfg rigsim.Config) error {
 	farm := rigsim.NewFarm(n, cfg)
 	var handler http.Handler = farm.Handler()
 	if n == 1 {
+		// The farm's routes, and rig-0 at the root.
 		mux := http.NewServeMux()
-		mux.Handle("/rigs", farm.Handler())
-		mux.Handle("/rigs/", farm.Handler())
+		mux.Handle("/rigs", handler)
+		mux.Handle("/rigs/", handler)
+		mux.Handle("/api/sim/ledger", handler)
 		mux.Handle("/", farm.Rigs[0].Handler())
 		handler = mux
 	}

@@ -97,9 +97,49 @@ func TestRejectsBadFlags(t *testing.T) {
 		{"--glare", "1.5"},
 		{"--config", "/nonexistent.yaml"},
 		{"--no-such-flag"},
+		{"--session-idle", "0s"},
 	} {
 		if err := run(args); err == nil {
 			t.Errorf("run(%q) accepted it", strings.Join(args, " "))
 		}
+	}
+}
+
+// One rig is served at the root beside the farm's routes: its own ledger in
+// /api/sim/state, the farm's at /api/sim/ledger, with the idle window of the flag.
+func TestOneRigServesTheLedgers(t *testing.T) {
+	port := freePorts(t, 1)
+	base := "http://127.0.0.1:" + strconv.Itoa(port)
+	done := make(chan error, 1)
+	go func() { done <- run([]string{"--listen", "127.0.0.1:" + strconv.Itoa(port), "--session-idle", "45s"}) }()
+	defer func() {
+		_ = syscall.Kill(syscall.Getpid(), syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Error("rigsim did not stop on SIGTERM")
+		}
+	}()
+	resp := waitFor(t, base+"/api/sim/state")
+	var st struct {
+		Page               string
+		SessionIdleSeconds float64
+		Sessions           []any
+		Overlaps           []any
+	}
+	json.NewDecoder(resp.Body).Decode(&st)
+	resp.Body.Close()
+	if st.Page == "" || st.SessionIdleSeconds != 45 || st.Sessions == nil || st.Overlaps == nil {
+		t.Fatalf("GET /api/sim/state = %+v, want the phone and an empty ledger with a 45 s idle window", st)
+	}
+	resp = waitFor(t, base+"/api/sim/ledger")
+	var fl struct {
+		Overlaps int
+		Rigs     []struct{ Name string }
+	}
+	json.NewDecoder(resp.Body).Decode(&fl)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || fl.Overlaps != 0 || len(fl.Rigs) != 1 || fl.Rigs[0].Name != "rig-0" {
+		t.Fatalf("GET /api/sim/ledger = %s %+v", resp.Status, fl)
 	}
 }

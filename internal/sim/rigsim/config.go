@@ -24,6 +24,9 @@ type Config struct {
 	UnlockCode string      `json:"unlockCode"`
 	Phone      PhoneConfig `json:"phone"`
 	Faults     Faults      `json:"faults"`
+	// SessionIdle is how long a session may go without a tool call before
+	// the session ledger closes it (0: DefaultSessionIdle).
+	SessionIdle Duration `json:"sessionIdle"`
 }
 
 // PhoneConfig is the phone's starting state.
@@ -67,6 +70,9 @@ func ParseConfig(b []byte) (Config, error) {
 	}
 	if c.TimeScale < 0 {
 		return Config{}, fmt.Errorf("rig config: timeScale=%v: want zero or more", c.TimeScale)
+	}
+	if c.SessionIdle < 0 {
+		return Config{}, fmt.Errorf("rig config: sessionIdle=%v: want a positive duration such as 30s, or 0 for the default", time.Duration(c.SessionIdle))
 	}
 	return c, nil
 }

@@ -30,10 +30,47 @@ func (f *Farm) Rig(name string) *Rig {
 	return nil
 }
 
-// Handler serves every rig under /rigs/<name>/ (so /rigs/rig-0/mcp, /rigs/rig-0/api/status…)
-// and lists them at GET /rigs.
+// FarmLedger is GET /api/sim/ledger: every rig's overlaps and their total,
+// so a benchmark asks once whether any phone had two sessions at once.
+type FarmLedger struct {
+	// Overlaps counts the overlaps on every rig.
+	Overlaps int `json:"overlaps"`
+	// SessionsRecorded counts the sessions recorded on every rig.
+	SessionsRecorded int         `json:"sessionsRecorded"`
+	Rigs             []RigLedger `json:"rigs"`
+}
+
+// RigLedger is one rig's part of the farm's ledger.
+type RigLedger struct {
+	Name             string    `json:"name"`
+	SessionsRecorded int       `json:"sessionsRecorded"`
+	OpenSessions     int       `json:"openSessions"`
+	Overlaps         []Overlap `json:"overlaps"`
+}
+
+// Ledger gathers every rig's ledger.
+func (f *Farm) Ledger() FarmLedger {
+	out := FarmLedger{Rigs: make([]RigLedger, 0, len(f.Rigs))}
+	for _, r := range f.Rigs {
+		l := r.Ledger()
+		rl := RigLedger{Name: r.name, SessionsRecorded: l.SessionsRecorded, Overlaps: l.Overlaps}
+		for _, s := range l.Sessions {
+			if s.Open {
+				rl.OpenSessions++
+			}
+		}
+		out.Overlaps += len(l.Overlaps)
+		out.SessionsRecorded += l.SessionsRecorded
+		out.Rigs = append(out.Rigs, rl)
+	}
+	return out
+}
+
+// Handler serves every rig under /rigs/<name>/ (so /rigs/rig-0/mcp, /rigs/rig-0/api/status…),
+// lists them at GET /rigs and reports their ledgers at GET /api/sim/ledger.
 func (f *Farm) Handler() http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/sim/ledger", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, f.Ledger()) })
 	mux.HandleFunc("GET /rigs", func(w http.ResponseWriter, _ *http.Request) {
 		type entry struct {
 			Name   string `json:"name"`

@@ -6,13 +6,15 @@ import (
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/clawfarm/clawfarm/internal/sim/rigsim/phone"
 )
 
 // Handler serves the rig: the MCP endpoint and health route a real rig has, plus /api/sim/ for tests.
 //
 //	POST|GET|DELETE /mcp          MCP over streamable HTTP
 //	GET  /api/status              PhysiClaw's health fields
-//	GET  /api/sim/state           the phone's ground truth
+//	GET  /api/sim/state           the phone's ground truth and the session ledger
 //	GET  /api/sim/faults          the faults in force
 //	POST /api/sim/faults          merge a JSON object into the faults
 //	DELETE /api/sim/faults        clear every fault
@@ -26,7 +28,9 @@ func (r *Rig) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", r.reachable(http.HandlerFunc(r.serveMCP)))
 	mux.Handle("GET /api/status", r.reachable(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, r.Health()) })))
-	mux.HandleFunc("GET /api/sim/state", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, r.State()) })
+	mux.HandleFunc("GET /api/sim/state", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, SimState{State: r.State(), Ledger: r.Ledger()})
+	})
 	mux.HandleFunc("GET /api/sim/faults", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, r.Faults()) })
 	mux.HandleFunc("POST /api/sim/faults", r.postFaults)
 	mux.HandleFunc("DELETE /api/sim/faults", func(w http.ResponseWriter, _ *http.Request) {
@@ -85,6 +89,13 @@ func (r *Rig) Handler() http.Handler {
 		w.Write(img)
 	})
 	return mux
+}
+
+// SimState is GET /api/sim/state: the phone's ground truth and, beside it,
+// the rig's session ledger (ledger.go).
+type SimState struct {
+	phone.State
+	Ledger
 }
 
 // snapshot is the screen as a clean screenshot would show it, without touching anything.

@@ -34,6 +34,8 @@ type Rig struct {
 
 	server  *mcp.Server
 	handler *mcp.StreamableHTTPHandler // replaced by Restart; guarded by mu
+
+	ledger *ledger // who drove the rig, and when (ledger.go)
 }
 
 // New builds a rig named name from its configuration.
@@ -42,7 +44,8 @@ func New(name string, cfg Config) *Rig {
 		cfg.UnlockCode = DefaultUnlockCode
 	}
 	r := &Rig{name: name, cfg: cfg, phone: phone.New(cfg.Phone.phone()), faults: cfg.Faults,
-		rng: rand.New(rand.NewPCG(cfg.Seed, nameHash(name))), lastWall: time.Now()}
+		rng: rand.New(rand.NewPCG(cfg.Seed, nameHash(name))), lastWall: time.Now(),
+		ledger: newLedger(time.Duration(cfg.SessionIdle))}
 	r.server = newMCPServer(r)
 	r.handler = r.newHandler()
 	return r
@@ -63,15 +66,24 @@ func (r *Rig) Restart() {
 	for ss := range r.server.Sessions() {
 		ss.Close()
 	}
+	r.ledger.closeAll(endedRestart)
 }
 
-// serveMCP hands the request to the current endpoint.
+// serveMCP hands the request to the current endpoint. A DELETE is the client
+// closing its MCP session: the ledger closes that session too.
 func (r *Rig) serveMCP(w http.ResponseWriter, req *http.Request) {
 	r.mu.Lock()
 	h := r.handler
 	r.mu.Unlock()
 	h.ServeHTTP(w, req)
+	if id := req.Header.Get(mcpSessionHeader); req.Method == http.MethodDelete && id != "" {
+		r.ledger.close(id, endedClosed)
+	}
 }
+
+// mcpSessionHeader carries the MCP session id on every request after the
+// handshake (MCP specification, streamable HTTP transport).
+const mcpSessionHeader = "Mcp-Session-Id"
 
 // Name is the rig's name.
 func (r *Rig) Name() string { return r.name }

@@ -151,7 +151,7 @@ func newMCPServer(r *Rig) *mcp.Server {
 				return t.handle(ctx, r, req.Params.Arguments), nil
 			})
 	}
-	s.AddReceivingMiddleware(wireOrder)
+	s.AddReceivingMiddleware(wireOrder, r.recordCalls)
 	return s
 }
 
