@@ -47,7 +47,7 @@ func run(args []string) error {
 	hiccups := fs.Float64("camera-hiccups", 0, "fault: fraction of gestures that come back text-only")
 	busy := fs.Float64("busy", 0, "fault: fraction of calls refused with busy, retry")
 	bridgeDown := fs.Bool("bridge-down", false, "fault: the phone bridge is down (screenshot fails, the clipboard is not confirmed)")
-	sessionIdle := fs.Duration("session-idle", 0, "the session ledger closes a session after this long without a tool call (default 30s, or the config's)")
+	sessionIdle := fs.Duration("session-idle", 0, "the session ledger closes a session after this long without a tool call (default 10m, or the config's)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -31,10 +31,12 @@ import (
 // overlap; a session that sent none of the headers is a client of its own.
 
 // DefaultSessionIdle is how long a session may go without a tool call before
-// the ledger closes it. It is longer than a loop's usual pause between calls
-// (a model's answer, a `wait` of up to 60 s at rigsim's time scale) and far
-// shorter than a session.
-const DefaultSessionIdle = 30 * time.Second
+// the ledger closes it. An interval always ends at its last call, so a long
+// window never invents an overlap; a short one would miss a loop that was
+// silent, waiting for its model (idle timeout up to 300 s,
+// presets.LocalIdleTimeout), while another client drove the phone. Ten
+// minutes covers such a silence with room to spare.
+const DefaultSessionIdle = 10 * time.Minute
 
 // ledgerKeepClosed is how many closed sessions a rig remembers; older ones are
 // forgotten once no open session can still overlap them. Overlaps are never
