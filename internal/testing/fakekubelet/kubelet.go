@@ -1,8 +1,28 @@
-// Package fakekubelet drives attempt pods on envtest the way a kubelet would:
-// it binds each pod to the node its affinity names, marks it Running, and
-// ends it with the exit code and termination message a script decides. It
-// also honours graceful deletion (SIGTERM → exit 143). It records, per rig,
-// when each pod was live, so tests can prove no two sessions ever shared a phone.
+// Package fakekubelet drives attempt pods on envtest the way kubelets would.
+// It binds each pod to the node its affinity names, starts its "process",
+// marks it Running, and ends it with the exit code and termination message
+// a Script decides.
+//
+// A process is not its pod object. It runs on its own clock from its start
+// until it really ends, and the kubelet reports that end (then, for a pod
+// being deleted, deletes the pod with grace 0, as a kubelet does once its
+// containers are dead). By default a deleted pod's process ends on SIGTERM
+// at once; on demand it models a real kubelet's faults:
+//
+//   - a partitioned node (PartitionNode, HealNode): its Ready condition goes
+//     Unknown and the kubelet neither hears the API nor writes to it, while
+//     the node's processes keep running; back, it reports what they did,
+//     kills those whose pods are gone, and signals those being deleted;
+//   - a process that ignores SIGTERM until the deletion's grace period ends
+//     (Ending.IgnoreSIGTERM), or one stuck terminating (StuckTerminating);
+//   - a container that never starts (Ending.Waiting: image pull or
+//     configuration errors, with a kubelet's messages);
+//   - evictions with the DisruptionTarget condition (Ending.Evict).
+//
+// It keeps a ledger of every process per rig (Ledger) and flags a process
+// started on a rig while another was live there (Violations), so tests can
+// prove no two sessions ever shared a phone, partitions and force deletions
+// included.
 package fakekubelet
 
 import (
@@ -12,41 +32,24 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 )
 
-// Ending is how a script ends a pod.
-type Ending struct {
-	// After is how long the pod runs before it ends.
-	After time.Duration
-	// ExitCode of the loop container.
-	ExitCode int32
-	// Message is the termination message.
-	Message string
-	// Reason is the container's terminated reason (e.g. OOMKilled).
-	Reason string
-	// PodReason and Disruption, when set, end the pod the way infrastructure does.
-	PodReason  string
-	Disruption bool
-	// Hang keeps the pod running until it is deleted.
-	Hang bool
-}
-
-// Script decides how a pod ends; it sees the pod as created.
+// Script decides how a pod ends; it sees the pod as last seen. It is asked
+// again and again while the pod lives, so it may change its mind (a Hang
+// that later ends); it must not call the Kubelet.
 type Script func(pod *corev1.Pod) Ending
 
-// Kubelet is the fake kubelet.
+// Kubelet is the fake kubelet of every node.
 type Kubelet struct {
 	Client client.Client
 	Script Script
 	// Poll is how often the kubelet lists pods (default 50 ms). Once Events
 	// has been registered with an informer, a poll lists nothing: it only
-	// looks again at the live pods the events gave it, for endings falling due.
+	// looks again at the pods the events gave it that may still need work.
 	Poll time.Duration
 	// Workers drive pods in parallel (default 8), as many kubelets would.
 	Workers int
@@ -57,37 +60,41 @@ type Kubelet struct {
 	// it to keep the harness's own writes off the API server it measures.
 	EndOnly bool
 	// CountFromSeen counts Ending.After from when the kubelet first saw the
-	// pod rather than from when it marked it Running, so the kubelet's own
+	// pod rather than from when it started it, so the kubelet's own
 	// queueing under load does not lengthen the sessions.
 	CountFromSeen bool
 
-	once       sync.Once
+	once sync.Once
+	// cut is held by a worker for each action, and whole by PartitionNode:
+	// once a node is cut off, no write for its pods is still in flight.
+	cut    sync.RWMutex
+	nodeMu sync.Mutex // node condition writes, one at a time
+
 	mu         sync.Mutex
 	watched    bool                   // pods come from Events, not from a List each poll
-	latest     map[string]*corev1.Pod // with watched: each unfinished pod as last seen
-	started    map[string]time.Time   // pod key → when marked Running
-	ended      map[string]bool
-	liveByRig  map[string]string // rig → live pod key
-	observed   map[string]time.Time
-	inFlight   map[string]bool // pods a worker is driving
+	pods       map[string]*podState   // pod id → its book, for every pod ever seen
+	active     map[string]*podState   // with watched: pods that may need work without a new event
+	running    map[string]*podState   // pods whose process is live
+	rigs       map[string][]*podState // rig → the pods whose process started on it, in order
+	cuts       map[string]*partition  // node → its partition
 	violations []string
 	count      int
-	work       chan<- *corev1.Pod // set by Run; Events offers pods to it
+	work       chan<- *podState // set by Run; Events offers pods to it
 }
 
 func (k *Kubelet) init() {
 	k.once.Do(func() {
 		k.mu.Lock()
 		defer k.mu.Unlock()
-		k.started, k.ended, k.liveByRig, k.observed = map[string]time.Time{}, map[string]bool{}, map[string]string{}, map[string]time.Time{}
-		k.inFlight, k.latest = map[string]bool{}, map[string]*corev1.Pod{}
+		k.pods, k.active, k.running = map[string]*podState{}, map[string]*podState{}, map[string]*podState{}
+		k.rigs, k.cuts = map[string][]*podState{}, map[string]*partition{}
 	})
 }
 
 // Events returns the handler to register with a pod informer (attempt pods):
 // the kubelet then works from the watch, as real kubelets do. Each change is
-// offered to a worker at once, and a poll looks only at the unfinished pods
-// the events gave it, not at a List of every pod ever created.
+// offered to a worker at once, and a poll looks only at the pods the events
+// gave it that may still need work, not at a List of every pod ever created.
 func (k *Kubelet) Events() toolscache.ResourceEventHandler {
 	k.init()
 	k.mu.Lock()
@@ -98,13 +105,13 @@ func (k *Kubelet) Events() toolscache.ResourceEventHandler {
 		if !ok || pod.Labels[farmv1.LabelKind] != "attempt" {
 			return
 		}
-		key := keyOf(pod)
+		now := time.Now()
+		st := k.see(pod, now)
 		k.mu.Lock()
-		k.latest[key] = pod
 		work := k.work
 		k.mu.Unlock()
 		if work != nil {
-			k.offer(pod, work, time.Now())
+			k.offer(st, work, now)
 		}
 	}
 	return toolscache.ResourceEventHandlerFuncs{
@@ -115,16 +122,17 @@ func (k *Kubelet) Events() toolscache.ResourceEventHandler {
 				o = d.Obj
 			}
 			if pod, ok := o.(*corev1.Pod); ok {
-				k.gone(keyOf(pod))
+				k.gone(idOf(pod), time.Now())
 			}
 		},
 	}
 }
 
-// Run drives pods until ctx ends. Each poll hands the pods that need a write
-// (a new pod to start, a due or deleted one to end) to a pool of workers and
-// goes on polling: a slow write holds up its own pod, not the others, as each
-// pod has its own worker in a real kubelet.
+// Run drives pods until ctx ends. Each poll settles the live processes,
+// hands the pods that need a write (a new pod to start, an ended one to
+// report, a deleted one to remove) to a pool of workers and goes on polling:
+// a slow write holds up its own pod, not the others, as each pod has its own
+// worker in a real kubelet.
 func (k *Kubelet) Run(ctx context.Context) {
 	if k.Poll == 0 {
 		k.Poll = 50 * time.Millisecond
@@ -133,7 +141,7 @@ func (k *Kubelet) Run(ctx context.Context) {
 		k.Workers = 8
 	}
 	k.init()
-	work := make(chan *corev1.Pod, 1024)
+	work := make(chan *podState, 1024)
 	k.mu.Lock()
 	k.work = work
 	k.mu.Unlock()
@@ -147,10 +155,10 @@ func (k *Kubelet) Run(ctx context.Context) {
 				select {
 				case <-ctx.Done():
 					return
-				case pod := <-work:
-					k.drive(ctx, pod)
+				case st := <-work:
+					k.drive(ctx, st)
 					k.mu.Lock()
-					delete(k.inFlight, keyOf(pod))
+					st.busy = false
 					k.mu.Unlock()
 				}
 			}
@@ -168,26 +176,52 @@ func (k *Kubelet) Run(ctx context.Context) {
 	}
 }
 
-// Violations lists every moment two pods of one rig were live together.
+// Violations lists every start of a process on a rig while another process
+// was live there.
 func (k *Kubelet) Violations() []string {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return append([]string(nil), k.violations...)
 }
 
-// Started is how many pods the kubelet started.
+// Started is how many processes the kubelet started.
 func (k *Kubelet) Started() int {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.count
 }
 
-func (k *Kubelet) tick(ctx context.Context, work chan<- *corev1.Pod) {
+// Interval is one process's life on a rig: from its start until it really
+// ended, which may be long after its pod object was deleted.
+type Interval struct {
+	Pod   string // namespace/name of its pod
+	Node  string
+	Start time.Time
+	End   time.Time // zero while the process runs
+}
+
+// Ledger returns, for each rig (namespace/rig), the intervals of the
+// processes that ran on it in the order they started, as of the last poll.
+func (k *Kubelet) Ledger() map[string][]Interval {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := make(map[string][]Interval, len(k.rigs))
+	for rig, sts := range k.rigs {
+		for _, st := range sts {
+			out[rig] = append(out[rig], Interval{Pod: st.key, Node: st.proc.node, Start: st.proc.start, End: st.proc.end})
+		}
+	}
+	return out
+}
+
+func (k *Kubelet) tick(ctx context.Context, work chan<- *podState) {
+	now := time.Now()
+	k.flipDue(ctx, now)
 	k.mu.Lock()
 	watched := k.watched
-	var pods []*corev1.Pod
-	for _, pod := range k.latest {
-		pods = append(pods, pod)
+	var sts []*podState
+	for _, st := range k.active {
+		sts = append(sts, st)
 	}
 	k.mu.Unlock()
 	if !watched {
@@ -195,230 +229,203 @@ func (k *Kubelet) tick(ctx context.Context, work chan<- *corev1.Pod) {
 		if err := k.Client.List(ctx, &list, client.MatchingLabels{farmv1.LabelKind: "attempt"}); err != nil {
 			return
 		}
-		seen := map[string]bool{}
+		listed := map[string]bool{}
 		for i := range list.Items {
-			pods = append(pods, &list.Items[i])
-			seen[keyOf(&list.Items[i])] = true
+			sts = append(sts, k.see(&list.Items[i], now))
+			listed[idOf(&list.Items[i])] = true
 		}
-		// A pod deleted outright (never terminated by us) is no longer live
-		// either; note it before starting new pods.
+		// A pod missing from the list is gone: its process is killed, if
+		// its node can hear of it.
 		k.mu.Lock()
 		var gone []string
-		for key := range k.started {
-			if !seen[key] && !k.ended[key] {
-				gone = append(gone, key)
+		for id, st := range k.pods {
+			if !listed[id] && !st.gone && !st.seen.After(now) {
+				gone = append(gone, id)
 			}
 		}
 		k.mu.Unlock()
-		for _, key := range gone {
-			k.gone(key)
+		for _, id := range gone {
+			k.gone(id, now)
 		}
 	}
-	now := time.Now()
-	for _, pod := range pods {
-		k.offer(pod, work, now)
+	k.settle(now, k.live(""))
+	for _, st := range sts {
+		k.offer(st, work, now)
 	}
 }
 
-// gone notes a pod that was deleted: it is no longer live on its rig.
-func (k *Kubelet) gone(key string) {
+// see records the pod as the API shows it now, and signals its process if
+// its node can hear of a deletion.
+func (k *Kubelet) see(pod *corev1.Pod, now time.Time) *podState {
+	k.init()
+	id := idOf(pod)
 	k.mu.Lock()
-	defer k.mu.Unlock()
-	delete(k.latest, key)
-	if _, started := k.started[key]; !started || k.ended[key] {
-		return
+	st := k.pods[id]
+	first := st == nil
+	if first {
+		st = &podState{id: id, key: keyOf(pod), rig: rigOf(pod), seen: now}
+		k.pods[id] = st
 	}
-	k.ended[key] = true
-	for rig, live := range k.liveByRig {
-		if live == key {
-			delete(k.liveByRig, rig)
+	if !st.gone {
+		st.pod = pod
+		if k.watched {
+			k.active[id] = st
 		}
-	}
-}
-
-// offer hands pod to a worker if it needs a write now and no worker has it.
-// pod may be shared (an informer's object): the worker drives a copy.
-func (k *Kubelet) offer(pod *corev1.Pod, work chan<- *corev1.Pod, now time.Time) {
-	key := keyOf(pod)
-	k.mu.Lock()
-	done, busy := k.ended[key], k.inFlight[key]
-	_, seenBefore := k.observed[key]
-	if !seenBefore {
-		k.observed[key] = now
-	}
-	if done && pod.DeletionTimestamp == nil && k.watched {
-		delete(k.latest, key) // nothing more to do unless it is deleted, which its next event says
+		if st.proc != nil && k.cuts[st.proc.node] == nil {
+			st.proc.signal(st, now)
+		}
 	}
 	k.mu.Unlock()
-	if !seenBefore && k.Observe != nil {
+	if first && k.Observe != nil {
 		k.Observe(pod)
 	}
-	if busy || (done && pod.DeletionTimestamp == nil) || !k.needsWork(pod, now) {
-		return // in hand, or nothing to do for it yet
-	}
+	return st
+}
+
+// gone notes a pod whose object left the API: its process is killed, if its
+// node can hear of it; else when the node returns.
+func (k *Kubelet) gone(id string, now time.Time) {
 	k.mu.Lock()
-	if k.inFlight[key] {
+	st := k.pods[id]
+	if st == nil || st.gone {
 		k.mu.Unlock()
 		return
 	}
-	k.inFlight[key] = true
+	st.gone = true
+	delete(k.active, id)
+	if st.proc == nil {
+		st.final = true
+	} else if k.cuts[st.proc.node] == nil {
+		st.proc.signal(st, now)
+	}
 	k.mu.Unlock()
+	k.settle(now, []*podState{st})
+}
+
+// live lists the pods whose process is live, on rig or ("") on every rig.
+func (k *Kubelet) live(rig string) []*podState {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var sts []*podState
+	for _, st := range k.running {
+		if rig == "" || st.rig == rig {
+			sts = append(sts, st)
+		}
+	}
+	return sts
+}
+
+// settle ends each process of sts that has ended by now by its script or by
+// the signals it was sent. Scripts are asked outside the lock.
+func (k *Kubelet) settle(now time.Time, sts []*podState) {
+	pods := make([]*corev1.Pod, len(sts))
+	k.mu.Lock()
+	for i, st := range sts {
+		if st.proc != nil && st.proc.live() {
+			pods[i] = st.pod
+		}
+	}
+	k.mu.Unlock()
+	endings := make([]Ending, len(sts))
+	for i, pod := range pods {
+		if pod != nil {
+			endings[i] = k.Script(pod)
+		}
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for i, st := range sts {
+		if pods[i] == nil || !st.proc.live() {
+			continue
+		}
+		st.proc.settle(endings[i], now)
+		if !st.proc.live() {
+			delete(k.running, st.id)
+			if st.gone {
+				st.final = true // no pod left to report to
+			}
+		}
+	}
+}
+
+// begin starts st's process on node, and records a violation if another
+// process is live on its rig.
+func (k *Kubelet) begin(st *podState, node string, now time.Time) {
+	k.settle(now, k.live(st.rig))
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, other := range k.rigs[st.rig] {
+		if other != st && other.proc.live() {
+			k.violations = append(k.violations, fmt.Sprintf("rig %s: %s started while %s was live", st.rig, st.key, other.key))
+		}
+	}
+	clock := now
+	if k.CountFromSeen {
+		clock = st.seen
+	}
+	st.proc = &process{node: node, start: now, clock: clock, checked: now}
+	k.rigs[st.rig] = append(k.rigs[st.rig], st)
+	k.running[st.id] = st
+	k.count++
+}
+
+// offer hands st to a worker if it needs a write now and no worker has it.
+// A watched pod that needs nothing until its next event leaves the poll.
+func (k *Kubelet) offer(st *podState, work chan<- *podState, now time.Time) {
+	k.mu.Lock()
+	busy := st.busy
+	k.mu.Unlock()
+	if busy {
+		return
+	}
+	a, _, _ := k.next(st, now)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if a == none {
+		if k.watched && st.settled() {
+			delete(k.active, st.id)
+		}
+		return
+	}
+	if st.busy {
+		return
+	}
+	st.busy = true
 	select {
-	case work <- pod.DeepCopy():
+	case work <- st:
 	default: // every worker is busy and the queue is full: the next poll offers it again
-		k.mu.Lock()
-		delete(k.inFlight, key)
-		k.mu.Unlock()
+		st.busy = false
 	}
 }
 
-// needsWork reports whether drive has something to do for pod now: start it,
-// end it (due, or deleted), or note that it ended.
-func (k *Kubelet) needsWork(pod *corev1.Pod, now time.Time) bool {
-	if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-		return true
-	}
-	startedAt, running := k.runningSince(keyOf(pod))
-	if !running {
-		return true
-	}
-	e := k.Script(pod)
-	return !e.Hang && now.Sub(startedAt) >= e.After
-}
-
-// runningSince reports whether the kubelet started the pod, and since when
-// its Ending.After counts (its start, or with CountFromSeen its first sight).
-func (k *Kubelet) runningSince(key string) (time.Time, bool) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	startedAt, running := k.started[key]
-	if seen, ok := k.observed[key]; ok && k.CountFromSeen {
-		startedAt = seen
-	}
-	return startedAt, running
-}
-
-func (k *Kubelet) drive(ctx context.Context, pod *corev1.Pod) {
-	key := keyOf(pod)
-	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-		k.markEnded(key, rigOf(pod))
-		if pod.DeletionTimestamp != nil {
-			_ = k.Client.Delete(ctx, pod, client.GracePeriodSeconds(0))
-		}
-		return
-	}
-	startedAt, running := k.runningSince(key)
-	if !running {
-		if pod.DeletionTimestamp != nil {
-			if pod.Spec.NodeName != "" { // bound but never started: the kubelet ends it
-				k.end(ctx, pod, Ending{ExitCode: 137, Reason: "ContainerCannotRun"})
-			}
-			return
-		}
-		if err := k.start(ctx, pod); err == nil {
-			rig := rigOf(pod)
-			k.mu.Lock()
-			if other, busy := k.liveByRig[rig]; busy && other != key {
-				k.violations = append(k.violations, fmt.Sprintf("rig %s: %s started while %s was live", rig, key, other))
-			}
-			k.liveByRig[rig] = key
-			k.started[key] = time.Now()
-			k.count++
-			k.mu.Unlock()
-		}
-		return
-	}
-	e := k.Script(pod)
+// settled reports whether nothing more can happen to the pod until the API
+// says something new of it.
+func (st *podState) settled() bool {
+	p := st.pod
 	switch {
-	case pod.DeletionTimestamp != nil:
-		k.end(ctx, pod, Ending{ExitCode: 143, Reason: "Error", Message: ""})
-	case !e.Hang && time.Since(startedAt) >= e.After:
-		k.end(ctx, pod, e)
+	case st.gone:
+		return true
+	case st.final:
+		return p.DeletionTimestamp == nil || st.removed
 	}
+	return st.proc == nil && p.DeletionTimestamp != nil && p.Spec.NodeName == ""
 }
 
-// start binds the pod to the node of its affinity and marks it Running.
-func (k *Kubelet) start(ctx context.Context, pod *corev1.Pod) error {
-	if k.EndOnly {
-		return nil
-	}
-	if pod.Spec.NodeName == "" {
-		node := affinityNode(pod)
-		b := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name},
-			Target: corev1.ObjectReference{Kind: "Node", Name: node}}
-		if err := k.Client.SubResource("binding").Create(ctx, pod, b); err != nil && !apierrors.IsConflict(err) {
-			return err
-		}
-		pod.Spec.NodeName = node
-	}
-	orig := pod.DeepCopy()
-	now := metav1.Now()
-	pod.Status.Phase = corev1.PodRunning
-	pod.Status.StartTime = &now
-	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{
-		Name: "loop", Ready: true, Image: pod.Spec.Containers[0].Image,
-		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
-	}}
-	// A status patch, as kubelets send: it needs no fresh resourceVersion after the binding.
-	return k.Client.Status().Patch(ctx, pod, client.MergeFrom(orig))
-}
+// idOf is a pod's id in the kubelet's books: namespace/name/uid, so a pod
+// recreated under the same name is a new pod, as it is to a kubelet.
+func idOf(pod *corev1.Pod) string { return keyOf(pod) + "/" + string(pod.UID) }
 
-func (k *Kubelet) end(ctx context.Context, pod *corev1.Pod, e Ending) {
-	orig := pod.DeepCopy()
-	now := metav1.Now()
-	pod.Status.Phase = corev1.PodFailed
-	if e.ExitCode == 0 && e.PodReason == "" && !e.Disruption {
-		pod.Status.Phase = corev1.PodSucceeded
-	}
-	pod.Status.Reason = e.PodReason
-	if e.Disruption {
-		pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{
-			Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "EvictionByEvictionAPI",
-			Message: "evicted by the test", LastTransitionTime: now,
-		})
-	}
-	reason := e.Reason
-	if reason == "" {
-		reason = "Completed"
-		if e.ExitCode != 0 {
-			reason = "Error"
-		}
-	}
-	start := now
-	if pod.Status.StartTime != nil {
-		start = *pod.Status.StartTime
-	}
-	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{
-		Name: "loop", Image: pod.Spec.Containers[0].Image,
-		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
-			ExitCode: e.ExitCode, Reason: reason, Message: e.Message, StartedAt: start, FinishedAt: now,
-		}},
-	}}
-	if err := k.Client.Status().Patch(ctx, pod, client.MergeFrom(orig)); err != nil {
-		return
-	}
-	k.markEnded(keyOf(pod), rigOf(pod))
-}
-
-func (k *Kubelet) markEnded(key, rig string) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.ended[key] {
-		return
-	}
-	k.ended[key] = true
-	if k.liveByRig[rig] == key {
-		delete(k.liveByRig, rig)
-	}
-}
-
-// keyOf is a pod's key in the kubelet's books: namespace/name.
+// keyOf is a pod's namespace/name.
 func keyOf(pod *corev1.Pod) string { return pod.Namespace + "/" + pod.Name }
 
 // rigOf is the rig a pod drives, namespace/rig.
 func rigOf(pod *corev1.Pod) string { return pod.Namespace + "/" + pod.Labels[farmv1.LabelRig] }
 
-func affinityNode(pod *corev1.Pod) string {
+// nodeOf is the node a pod is bound to, or the one its affinity names.
+func nodeOf(pod *corev1.Pod) string {
+	if pod.Spec.NodeName != "" {
+		return pod.Spec.NodeName
+	}
 	a := pod.Spec.Affinity
 	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
 		return ""

@@ -2,6 +2,8 @@ package fakekubelet
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +15,34 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/internal/testing/testenv"
 )
+
+// env is the envtest API server the kubelet's real-semantics tests run on;
+// kl is the one kubelet they share (a second would drive the same pods), in
+// the list mode the controllers' suites use; book holds its scripts.
+var (
+	env  *testenv.Env
+	kl   *Kubelet
+	book = &scriptBook{m: map[string]Ending{}}
+)
+
+func TestMain(m *testing.M) {
+	var err error
+	if env, err = testenv.Start("../../../config/crd/bases"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	kl = &Kubelet{Client: env.Client, Poll: 20 * time.Millisecond, Script: book.script}
+	done := make(chan struct{})
+	go func() { kl.Run(ctx); close(done) }()
+	code := m.Run()
+	cancel()
+	<-done
+	env.Stop()
+	os.Exit(code)
+}
 
 func attemptPod(name, rig string) *corev1.Pod {
 	return &corev1.Pod{
