@@ -418,6 +418,12 @@ type AgentRunStatus struct {
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
+// MaxNameLength is the longest AgentRun name, as the CEL rule on AgentRun
+// says. Every name derived from a run fits with it: attempt pods
+// <name>-a<N>-r<M>, the follow-up CronJob <name>-fu (CronJob names are at
+// most 52) and its Jobs (at most 63); follow-up runs are shortened to it.
+const MaxNameLength = 48
+
 // AgentRun is one task on one phone rig: the operator leases a rig, runs the
 // loop pod on its node, and records the sentinel the agent ends with.
 // +kubebuilder:object:root=true
@@ -430,7 +436,7 @@ type AgentRunStatus struct {
 // +kubebuilder:printcolumn:name="Turn",type=integer,JSONPath=`.status.progress.turn`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Succeeded")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
-// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 48",message="metadata.name must be at most 48 characters: attempt pods and follow-ups append suffixes to it"
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 48",message="metadata.name must be at most 48 characters: attempt pods (<name>-a<N>-r<M>), the follow-up CronJob (<name>-fu) and its Jobs add suffixes to it; choose a shorter name (follow-up runs <name>-f<N> are shortened with a hash to fit)"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.phase) || oldSelf.status.phase == 'Pending' || (self.spec.trigger == oldSelf.spec.trigger && self.spec.model == oldSelf.spec.model && self.spec.limits == oldSelf.spec.limits && self.spec.followUp == oldSelf.spec.followUp && has(self.spec.rigRef) == has(oldSelf.spec.rigRef) && (!has(self.spec.rigRef) || self.spec.rigRef == oldSelf.spec.rigRef) && has(self.spec.rigSelector) == has(oldSelf.spec.rigSelector) && (!has(self.spec.rigSelector) || self.spec.rigSelector == oldSelf.spec.rigSelector) && has(self.spec.skills) == has(oldSelf.spec.skills) && (!has(self.spec.skills) || self.spec.skills == oldSelf.spec.skills) && has(self.spec.denyTools) == has(oldSelf.spec.denyTools) && (!has(self.spec.denyTools) || self.spec.denyTools == oldSelf.spec.denyTools) && has(self.spec.pod) == has(oldSelf.spec.pod) && (!has(self.spec.pod) || self.spec.pod == oldSelf.spec.pod) && has(self.spec.ttlSecondsAfterFinished) == has(oldSelf.spec.ttlSecondsAfterFinished) && (!has(self.spec.ttlSecondsAfterFinished) || self.spec.ttlSecondsAfterFinished == oldSelf.spec.ttlSecondsAfterFinished))",message="spec is frozen once the run has started; only spec.cancel may change"
 type AgentRun struct {
 	metav1.TypeMeta   `json:",inline"`

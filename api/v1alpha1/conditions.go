@@ -52,6 +52,17 @@ const (
 	ReasonPodCreateFailed   = "PodCreateFailed"
 )
 
+// Reasons of a Waiting run whose follow-up cannot be made: the run fails
+// with them (Succeeded and FollowUpScheduled conditions).
+const (
+	// ReasonFollowUpInvalid: the API server refused the follow-up run or its
+	// CronJob as invalid; the Waiting run fails with its message.
+	ReasonFollowUpInvalid = "FollowUpInvalid"
+	// ReasonFollowUpNameTaken: both names this run's follow-up may take are
+	// held by runs other parents made.
+	ReasonFollowUpNameTaken = "FollowUpNameTaken"
+)
+
 // Reasons of Events on an AgentRun that are not also condition reasons: a
 // phase change's Event reuses its condition's reason (Queued, Leased,
 // Released, Retrying, Waiting, Done, TaskFailed…).
@@ -73,6 +84,17 @@ const (
 	EventAgentJob = "AgentJob"
 	// EventAgentJobRejected: an agent's job could not be materialised.
 	EventAgentJobRejected = "AgentJobRejected"
+	// EventFollowUpRenamed: the follow-up's name is held by a run another
+	// parent made (an earlier run of the same name); the follow-up takes
+	// the name with this run's hash.
+	EventFollowUpRenamed = "FollowUpRenamed"
+	// EventFollowUpCancelled: the run stopped while Waiting; its follow-up
+	// CronJob was deleted, or the follow-up it had made was cancelled.
+	EventFollowUpCancelled = "FollowUpCancelled"
+	// EventFollowUpRefused: `manager followup` created no run, and says why
+	// (the parent is gone, cancelled, failed or not the one that made the
+	// CronJob; an agent job expired or lost its rig).
+	EventFollowUpRefused = "FollowUpRefused"
 )
 
 // Reasons of Events on a DeviceRig. A phase change's Event reason is
@@ -134,4 +156,28 @@ const (
 	FinalizerOutcome = "farm.clawfarm.dev/outcome"
 	// FinalizerLease keeps a run until its rig's Lease is released.
 	FinalizerLease = "farm.clawfarm.dev/lease"
+)
+
+// Labels and annotations of follow-ups and agent jobs.
+const (
+	// LabelParentUID is the UID of the run that asked for this object: on a
+	// WAIT follow-up run and its CronJob, the run that ended WAIT; on an agent
+	// job's CronJob and the runs it makes, the run whose agent created the job.
+	LabelParentUID = "farm.clawfarm.dev/parent-uid"
+	// AnnotationCreatedBy names the run whose agent created an agent job.
+	AnnotationCreatedBy = "farm.clawfarm.dev/created-by"
+	// AnnotationDescription is an agent job's description.
+	AnnotationDescription = "farm.clawfarm.dev/description"
+	// AnnotationExpires is when an agent job's CronJob stops making runs (RFC 3339).
+	AnnotationExpires = "farm.clawfarm.dev/expires"
+)
+
+// Values of LabelKind on what the follow-up machinery creates.
+const (
+	// KindFollowUp marks a WAIT follow-up's CronJob.
+	KindFollowUp = "followup"
+	// KindAgentJob marks an agent job's CronJob.
+	KindAgentJob = "agent-job"
+	// KindFollowUpJob marks the pods of those CronJobs' Jobs (`manager followup`).
+	KindFollowUpJob = "followup-job"
 )

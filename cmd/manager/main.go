@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -51,6 +52,7 @@ type managerFlags struct {
 	loopImage, loopSA, pullPolicy *string
 	managerImage, followupSA      *string
 	startupTimeout, nodeLostGrace *time.Duration
+	agentJobTTL                   *time.Duration
 	probeInterval, probeTimeout   *time.Duration
 	runWorkers, rigWorkers        *int
 	zap                           *zap.Options
@@ -67,7 +69,8 @@ func newManagerFlags() *managerFlags {
 		loopSA:          fs.String("loop-service-account", "clawfarm-loop", "default service account of loop pods (needs patch on agentruns/status)"),
 		pullPolicy:      fs.String("image-pull-policy", "IfNotPresent", "image pull policy of loop pods and follow-up Jobs"),
 		managerImage:    fs.String("manager-image", "ghcr.io/clawfarm/manager:latest", "image that runs `manager followup` in follow-up Jobs"),
-		followupSA:      fs.String("followup-service-account", "clawfarm-followup", "service account of follow-up Jobs (needs create on agentruns)"),
+		followupSA:      fs.String("followup-service-account", "clawfarm-followup", "service account of follow-up Jobs (the clawfarm-followup role: get, create and patch agentruns, get devicerigs, get and delete cronjobs, create events)"),
+		agentJobTTL:     fs.Duration("agent-job-ttl", followup.DefaultAgentJobTTL, "how long an agent's periodic job makes runs after the session that created it; then its CronJob is deleted at its next firing"),
 		startupTimeout:  fs.Duration("pod-startup-timeout", 5*time.Minute, "a loop pod Pending this long counts as never started (a free retry)"),
 		nodeLostGrace:   fs.Duration("node-lost-grace", 5*time.Minute, "a node NotReady this long loses its attempts (a free retry)"),
 		probeInterval:   fs.Duration("rig-probe-interval", 15*time.Second, "how often each rig's health route is asked"),
@@ -102,7 +105,7 @@ func runManager(args []string) int {
 	}
 	if err := setup(mgr, Settings{
 		Loop:           attempt.Defaults{Image: *f.loopImage, ServiceAccountName: *f.loopSA, ImagePullPolicy: corev1.PullPolicy(*f.pullPolicy)},
-		FollowUp:       followup.JobDefaults{Image: *f.managerImage, ServiceAccountName: *f.followupSA},
+		FollowUp:       followup.JobDefaults{Image: *f.managerImage, ServiceAccountName: *f.followupSA, AgentJobTTL: *f.agentJobTTL},
 		StartupTimeout: *f.startupTimeout, NodeLostGrace: *f.nodeLostGrace,
 		ProbeInterval: *f.probeInterval, ProbeTimeout: *f.probeTimeout,
 		RunWorkers: *f.runWorkers, RigWorkers: *f.rigWorkers,
@@ -153,17 +156,20 @@ func setup(mgr ctrl.Manager, s Settings) error {
 	return metrics.Registry.Register(agentrun.NewRunPhaseCollector(mgr.GetClient()))
 }
 
-// runFollowUp is `manager followup`: create the AgentRun the Job's request names.
+// runFollowUp is `manager followup`: create the AgentRun the Job's request
+// names, if its parent still wants it (followup.Create). A refusal is final:
+// it is logged here, told in an Event, and exits followup.ExitRefused, which
+// the Job's pod failure policy does not retry.
 func runFollowUp(args []string) int {
 	fs := flag.NewFlagSet("manager followup", flag.ContinueOnError)
 	timeout := fs.Duration("timeout", time.Minute, "how long to try")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return followup.ExitBadRequest
 	}
 	req, err := followup.DecodeRequest(os.Getenv(followup.EnvRequest))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "manager followup:", err)
-		return 2
+		return followup.ExitBadRequest
 	}
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
@@ -178,7 +184,15 @@ func runFollowUp(args []string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 	name, err := followup.Create(ctx, c, req, os.Getenv(followup.EnvJobName))
-	if err != nil {
+	var refused *followup.Refused
+	switch {
+	case errors.As(err, &refused):
+		fmt.Fprintf(os.Stderr, "manager followup: refused to create run %s/%s: %s\n", req.Run.Namespace, name, refused.Message)
+		if refused.Unrecorded != nil {
+			fmt.Fprintln(os.Stderr, "manager followup: after the refusal:", refused.Unrecorded)
+		}
+		return followup.ExitRefused
+	case err != nil:
 		fmt.Fprintln(os.Stderr, "manager followup:", err)
 		return 1
 	}

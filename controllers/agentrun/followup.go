@@ -45,7 +45,9 @@ func (s *step) planFollowUp(o attempt.Outcome) {
 // followUp drives a Waiting run: release the rig, keep the follow-up CronJob,
 // and once the follow-up run exists, delete the CronJob and finish. When the
 // CronJob has not fired by its fire time plus its starting deadline, the
-// controller creates the follow-up itself.
+// controller creates the follow-up itself. The follow-up is the run that
+// carries this run's UID (followup.IsChildOf); a run of its name made for
+// another parent moves it to followup.ChildNameFor.
 func (s *step) followUp(ctx context.Context) error {
 	st := &s.run.Status
 	gen := s.run.Generation
@@ -58,38 +60,126 @@ func (s *step) followUp(ctx context.Context) error {
 		return nil
 	}
 	next, _ := followup.NextOf(s.run)
-	var child farmv1.AgentRun
-	err := s.r.Get(ctx, types.NamespacedName{Namespace: s.run.Namespace, Name: next.Name}, &child)
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("get follow-up run %s: %w", next.Name, err)
+	name, exists, err := s.followUpName(ctx, next)
+	if err != nil || name == "" {
+		return err
 	}
-	if err == nil {
-		return s.followedUp(ctx, next.Name, false)
+	if exists {
+		return s.followedUp(ctx, name, false)
 	}
+	next.Name = name
 
 	trigger := followup.WaitTrigger(s.run, next, fu.Context)
 	want := followup.ChildRun(s.run, next, trigger)
 	fallbackAt := fu.FireTime.Add(followup.StartingDeadlineSeconds*time.Second + followup.FallbackSlack)
 	if !s.now.Before(fallbackAt) {
 		err := s.r.Create(ctx, want)
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create follow-up run %s: %w", want.Name, err)
+		switch {
+		case err == nil:
+			return s.followedUp(ctx, want.Name, true)
+		case apierrors.IsAlreadyExists(err):
+			// Made since the cache was read, by the CronJob or by someone
+			// else: the next reconcile reads whose it is.
+			s.wake(s.now.Add(time.Second))
+			return nil
+		case apierrors.IsInvalid(err):
+			s.followUpFailed(fmt.Sprintf("the API server refused follow-up run %s: %v", want.Name, err))
+			return nil
 		}
-		return s.followedUp(ctx, next.Name, err == nil)
+		return fmt.Errorf("create follow-up run %s: %w", want.Name, err)
 	}
 	cj, err := followup.WaitCronJob(s.run, want, fu.FireTime.Time, s.r.Config.FollowUp)
 	if err != nil {
 		return err
 	}
-	if err := s.r.Create(ctx, cj); err == nil {
-		s.ev.followUpScheduled(s.run, cj.Name, next.Name, fu.FireTime.UTC().Format(time.RFC3339))
-	} else if !apierrors.IsAlreadyExists(err) {
+	err = s.r.Create(ctx, cj)
+	switch {
+	case err == nil:
+		s.ev.followUpScheduled(s.run, cj.Name, want.Name, fu.FireTime.UTC().Format(time.RFC3339))
+	case apierrors.IsAlreadyExists(err):
+		if stale, err := s.dropStaleCronJob(ctx, cj.Name, want.Name); err != nil || stale {
+			return err
+		}
+	case apierrors.IsInvalid(err):
+		s.followUpFailed(fmt.Sprintf("the API server refused follow-up CronJob %s: %v", cj.Name, err))
+		return nil
+	default:
 		return fmt.Errorf("create follow-up CronJob %s: %w", cj.Name, err)
 	}
 	conditions.True(&st.Conditions, gen, farmv1.ConditionFollowUpScheduled, farmv1.ReasonScheduled,
-		fmt.Sprintf("CronJob %s creates %s at %s", cj.Name, next.Name, fu.FireTime.UTC().Format(time.RFC3339)))
+		fmt.Sprintf("CronJob %s creates %s at %s", cj.Name, want.Name, fu.FireTime.UTC().Format(time.RFC3339)))
 	s.wake(fallbackAt)
 	return nil
+}
+
+// followUpName finds the name of this run's follow-up, and whether it exists:
+// the name planned in status.followUp.run, unless a run another parent made
+// (an earlier run of this name left it) holds it; then the name with this
+// run's hash, followup.ChildNameFor. The follow-up is never taken to be a run
+// this run did not make. When both names are held by others the run fails,
+// and name is "".
+func (s *step) followUpName(ctx context.Context, next followup.Next) (name string, exists bool, err error) {
+	fu := s.run.Status.FollowUp
+	if fu.Run == "" {
+		fu.Run = next.Name
+	}
+	planned, alt := fu.Run, followup.ChildNameFor(next, s.run.UID)
+	for _, name := range []string{planned, alt} {
+		var child farmv1.AgentRun
+		err := s.r.Get(ctx, types.NamespacedName{Namespace: s.run.Namespace, Name: name}, &child)
+		switch {
+		case apierrors.IsNotFound(err):
+			if name != planned {
+				fu.Run = name
+				s.ev.warning(s.run, nil, farmv1.EventFollowUpRenamed, "ScheduleFollowUp",
+					"AgentRun %s was made for another run named %s (an earlier run of this name); this run's follow-up is %s",
+					planned, s.run.Name, name)
+			}
+			return name, false, nil
+		case err != nil:
+			return "", false, fmt.Errorf("get follow-up run %s: %w", name, err)
+		case followup.IsChildOf(&child, s.run):
+			fu.Run = name
+			return name, true, nil
+		}
+	}
+	s.finishWith(farmv1.RunFailed, farmv1.ReasonFollowUpNameTaken, fmt.Sprintf(
+		"the agent ended with WAIT, but AgentRuns %s and %s, the names its follow-up may take, were made for other runs; delete them and create this run again", planned, alt))
+	conditions.False(&s.run.Status.Conditions, s.run.Generation, farmv1.ConditionFollowUpScheduled, farmv1.ReasonFollowUpNameTaken,
+		fmt.Sprintf("AgentRuns %s and %s were made for other runs", planned, alt))
+	return "", false, nil
+}
+
+// dropStaleCronJob deletes the follow-up CronJob of this run's name when it
+// is not this run's or creates another child than child: an earlier run of
+// this name left it, or the follow-up was renamed. It reports whether it did;
+// the deletion's event brings the run back to create its own.
+func (s *step) dropStaleCronJob(ctx context.Context, name, child string) (bool, error) {
+	var cur batchv1.CronJob
+	if err := s.r.Get(ctx, types.NamespacedName{Namespace: s.run.Namespace, Name: name}, &cur); err != nil {
+		if apierrors.IsNotFound(err) {
+			s.wake(s.now.Add(time.Second)) // the cache has not shown it yet
+			return true, nil
+		}
+		return false, fmt.Errorf("get follow-up CronJob %s: %w", name, err)
+	}
+	req, err := followup.RequestOf(&cur)
+	if metav1.IsControlledBy(&cur, s.run) && err == nil && req.Run.Name == child {
+		return false, nil
+	}
+	if err := s.r.Delete(ctx, &cur, client.Preconditions{UID: &cur.UID},
+		client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return false, fmt.Errorf("delete stale follow-up CronJob %s: %w", name, err)
+	}
+	s.wake(s.now.Add(time.Second))
+	return true, nil
+}
+
+// followUpFailed fails a Waiting run whose follow-up the API server refuses:
+// it would never come.
+func (s *step) followUpFailed(msg string) {
+	conditions.False(&s.run.Status.Conditions, s.run.Generation, farmv1.ConditionFollowUpScheduled, farmv1.ReasonFollowUpInvalid, msg)
+	s.finishWith(farmv1.RunFailed, farmv1.ReasonFollowUpInvalid, "the agent ended with WAIT, but "+msg)
 }
 
 // followedUp finishes a Waiting run whose follow-up exists.
@@ -108,6 +198,44 @@ func (s *step) followedUp(ctx context.Context, child string, byController bool) 
 	return nil
 }
 
+// dropFollowUp is stop's part for a Waiting run: a run stopped from outside
+// (cancel, its deadline) wants no follow-up. Its CronJob is deleted, and a
+// follow-up it already made that is still in flight is cancelled with it —
+// read from the API server, as `manager followup` may have made it a moment
+// ago (that command, in turn, cancels what it made when it then finds the
+// parent cancelled).
+func (s *step) dropFollowUp(ctx context.Context, cause *stopCause) error {
+	fu := s.run.Status.FollowUp
+	if s.run.Status.Phase != farmv1.RunWaiting || fu == nil || fu.FireTime == nil {
+		return nil
+	}
+	cj := &batchv1.CronJob{}
+	cj.Namespace, cj.Name = s.run.Namespace, followup.WaitCronJobName(s.run.Name)
+	if err := s.r.Delete(ctx, cj, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete follow-up CronJob %s: %w", cj.Name, err)
+	}
+	msg := fmt.Sprintf("%s before its follow-up ran; CronJob %s deleted", cause.message, cj.Name)
+	if fu.Run != "" {
+		var child farmv1.AgentRun
+		err := s.r.APIReader.Get(ctx, types.NamespacedName{Namespace: s.run.Namespace, Name: fu.Run}, &child)
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return fmt.Errorf("get follow-up run %s: %w", fu.Run, err)
+		case followup.IsChildOf(&child, s.run) && !child.Spec.Cancel && !child.Status.Phase.Finished():
+			patch := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"cancel":true}}`))
+			if err := s.r.Patch(ctx, &child, patch); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("cancel follow-up run %s: %w", child.Name, err)
+			}
+			msg = fmt.Sprintf("%s as its follow-up was being made; follow-up %s cancelled", cause.message, child.Name)
+		}
+	}
+	if conditions.False(&s.run.Status.Conditions, s.run.Generation, farmv1.ConditionFollowUpScheduled, cause.reason, msg) {
+		s.ev.normal(s.run, nil, farmv1.EventFollowUpCancelled, "CancelFollowUp", "%s", msg)
+	}
+	return nil
+}
+
 // materialiseJobs turns the agent's create_job / finish_job into CronJobs.
 // It runs before the outcome is written, and every step is idempotent, so a
 // restart in between repeats it harmlessly.
@@ -116,6 +244,9 @@ func (s *step) followedUp(ctx context.Context, child string, byController bool) 
 // rig at the same time as the follow-up: it is not made twice. The WAIT
 // follow-up carries it, unless the chain limit stops follow-ups, and then the
 // job's own CronJob does.
+//
+// A cancelled run's new jobs are not made: the run was told to stop, and a
+// job would act for it later. Its finish_job calls are carried out.
 func (s *step) materialiseJobs(ctx context.Context, rig string, o attempt.Outcome) {
 	carried := ""
 	if m := o.Message; o.Class == farmv1.OutcomeWait && m.FollowUp != nil && m.FollowUp.Job != "" {
@@ -131,9 +262,14 @@ func (s *step) materialiseJobs(ctx context.Context, rig string, o attempt.Outcom
 			continue
 		}
 		var err error
+		var expires string
 		switch job.Op {
 		case contract.JobCreate:
-			err = s.createAgentJob(ctx, rig, job)
+			if s.run.Spec.Cancel {
+				err = fmt.Errorf("the run was cancelled (spec.cancel): its new jobs are not scheduled")
+				break
+			}
+			expires, err = s.createAgentJob(ctx, rig, job)
 		case contract.JobFinish:
 			cj := &batchv1.CronJob{}
 			cj.Namespace, cj.Name = s.run.Namespace, name
@@ -147,27 +283,39 @@ func (s *step) materialiseJobs(ctx context.Context, rig string, o attempt.Outcom
 		st := farmv1.AgentJobStatus{ID: job.ID, CronJob: name, Op: string(job.Op), Schedule: job.Schedule}
 		if err != nil {
 			st.CronJob, st.Message = "", err.Error()
+		} else if expires != "" {
+			st.Message = "makes runs until " + expires
 		}
 		s.recordJob(st)
 	}
 }
 
-func (s *step) createAgentJob(ctx context.Context, rig string, job contract.Job) error {
-	cj, err := followup.AgentJobCronJob(s.run, rig, job, s.r.Config.FollowUp)
-	if err != nil {
-		return err
+// createAgentJob creates (or, for a job created again, updates) the CronJob
+// of an agent job, owned by the rig, and returns when it expires.
+func (s *step) createAgentJob(ctx context.Context, rigName string, job contract.Job) (string, error) {
+	var rig farmv1.DeviceRig
+	if err := s.r.Get(ctx, types.NamespacedName{Namespace: s.run.Namespace, Name: rigName}, &rig); err != nil {
+		if apierrors.IsNotFound(err) {
+			return "", fmt.Errorf("rig %s is gone: the job has no phone to run on", rigName)
+		}
+		return "", fmt.Errorf("get rig %s: %w", rigName, err)
 	}
+	cj, err := followup.AgentJobCronJob(s.run, &rig, job, s.now, s.r.Config.FollowUp)
+	if err != nil {
+		return "", err
+	}
+	expires := cj.Annotations[farmv1.AnnotationExpires]
 	err = s.r.Create(ctx, cj)
 	if !apierrors.IsAlreadyExists(err) {
-		return err
+		return expires, err
 	}
 	var cur batchv1.CronJob
 	if err := s.r.Get(ctx, client.ObjectKeyFromObject(cj), &cur); err != nil {
-		return err
+		return "", err
 	}
 	cur.Spec = cj.Spec
-	cur.Labels, cur.Annotations = cj.Labels, cj.Annotations
-	return s.r.Update(ctx, &cur)
+	cur.Labels, cur.Annotations, cur.OwnerReferences = cj.Labels, cj.Annotations, cj.OwnerReferences
+	return expires, s.r.Update(ctx, &cur)
 }
 
 func (s *step) recordJob(j farmv1.AgentJobStatus) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -340,4 +341,268 @@ func TestAgentJobsBecomeCronJobs(t *testing.T) {
 		err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: followup.AgentJobCronJobName("rig", "water")}, &cj)
 		return apierrors.IsNotFound(err) || cj.DeletionTimestamp != nil
 	})
+}
+
+// cronJobRequest waits for a CronJob whose request satisfies ok and returns
+// that request, as the CronJob's Jobs would carry it.
+func cronJobRequest(t *testing.T, ns, name string, ok func(followup.Request) bool) followup.Request {
+	t.Helper()
+	var req followup.Request
+	eventually(t, "CronJob "+name, func() bool {
+		var cj batchv1.CronJob
+		if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &cj); err != nil || cj.DeletionTimestamp != nil {
+			return false
+		}
+		for _, e := range cj.Spec.JobTemplate.Spec.Template.Spec.Containers[0].Env {
+			if e.Name == followup.EnvRequest {
+				r, err := followup.DecodeRequest(e.Value)
+				if err != nil {
+					t.Fatal(err)
+				}
+				req = r
+			}
+		}
+		return ok == nil || ok(req)
+	})
+	return req
+}
+
+func cronJobGone(t *testing.T, ns, name string) func() bool {
+	return func() bool {
+		var cj batchv1.CronJob
+		err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &cj)
+		return apierrors.IsNotFound(err) || (err == nil && cj.DeletionTimestamp != nil)
+	}
+}
+
+func runExists(t *testing.T, ns, name string) bool {
+	t.Helper()
+	err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &farmv1.AgentRun{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	return err == nil
+}
+
+// refusals are the Events `manager followup` recorded in ns, by the kind of
+// object they are about.
+func refusals(t *testing.T, ns string) map[string]int {
+	t.Helper()
+	var list eventsv1.EventList
+	if err := k8s.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, e := range list.Items {
+		if e.Reason == farmv1.EventFollowUpRefused {
+			out[e.Regarding.Kind]++
+		}
+	}
+	return out
+}
+
+// A run cancelled while it waits for its follow-up gets none: its CronJob is
+// deleted, and a Job the CronJob had already started finds the parent
+// cancelled, makes nothing and says so in an Event on the parent.
+func TestCancelledWaitingRunFiresNoFollowUp(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	makeRig(t, ns, "rig", nil)
+	scripts.set(ns, "ask", byPod(nil, ends(contract.Wait, true, "asked Ana", 50*time.Millisecond)))
+	create(t, newRun(ns, "ask", "rig"))
+	waitPhase(t, ns, "ask", farmv1.RunWaiting)
+	req := cronJobRequest(t, ns, "ask-fu", nil)
+
+	patch := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"cancel":true}}`))
+	if err := k8s.Patch(ctx, &farmv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ask"}}, patch); err != nil {
+		t.Fatal(err)
+	}
+	run := waitPhase(t, ns, "ask", farmv1.RunCancelled)
+	eventually(t, "the cancelled run's follow-up CronJob deleted", cronJobGone(t, ns, "ask-fu"))
+	if c := condition(run, farmv1.ConditionFollowUpScheduled); c == nil || c.Status != metav1.ConditionFalse || c.Reason != farmv1.ReasonCancelled {
+		t.Fatalf("FollowUpScheduled of a run cancelled while waiting: %+v", c)
+	}
+
+	if name, err := followup.Create(ctx, k8s, req, "ask-fu-29412000"); err == nil {
+		t.Fatalf("a Job of the cancelled run's CronJob made follow-up %s", name)
+	}
+	if runExists(t, ns, "ask-f1") {
+		t.Fatal("follow-up ask-f1 exists for a cancelled run")
+	}
+	if n := refusals(t, ns)["AgentRun"]; n != 1 {
+		t.Fatalf("%d refusal Events on the run, want 1", n)
+	}
+}
+
+// A run of a reused name is not swallowed by the follow-up an earlier run of
+// that name left: the leftover <root>-f1 was made for another parent, so the
+// new run's follow-up takes another name, is made, and the run finishes
+// FollowedUp with it.
+func TestReusedRunNameGetsItsOwnFollowUp(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	makeRig(t, ns, "rig", nil)
+	leftover := newRun(ns, "ask-f1", "rig")
+	leftover.Labels = map[string]string{farmv1.LabelChainRoot: "ask", farmv1.LabelParent: "ask", farmv1.LabelParentUID: "uid-of-an-earlier-ask"}
+	leftover.Annotations = map[string]string{farmv1.AnnotationChain: "1"}
+	create(t, leftover)
+	waitPhase(t, ns, "ask-f1", farmv1.RunSucceeded)
+
+	scripts.set(ns, "ask", byPod(nil, ends(contract.Wait, true, "asked Ana", 50*time.Millisecond)))
+	create(t, newRun(ns, "ask", "rig"))
+	run := waitRun(t, ns, "ask", func(r *farmv1.AgentRun) bool {
+		c := condition(r, farmv1.ConditionFollowUpScheduled)
+		return r.Status.Phase.Finished() || (c != nil && c.Reason == farmv1.ReasonScheduled)
+	})
+	fu := run.Status.FollowUp
+	if run.Status.Phase != farmv1.RunWaiting || fu == nil || fu.Run == "ask-f1" || fu.Run == "" {
+		t.Fatalf("the earlier run's ask-f1 swallowed the new run's follow-up: phase %s, followUp %+v", run.Status.Phase, fu)
+	}
+	req := cronJobRequest(t, ns, "ask-fu", func(r followup.Request) bool { return r.Run.Name == fu.Run })
+	name, err := followup.Create(ctx, k8s, req, "")
+	if err != nil || name != fu.Run {
+		t.Fatalf("followup.Create = %q, %v; want %s", name, err, fu.Run)
+	}
+	parent := waitPhase(t, ns, "ask", farmv1.RunSucceeded)
+	if c := condition(parent, farmv1.ConditionSucceeded); c.Reason != farmv1.ReasonFollowedUp || parent.Status.FollowUp.Run != name {
+		t.Fatalf("parent %+v, followUp %+v", c, parent.Status.FollowUp)
+	}
+	if child := getRun(t, ns, name); child.Labels[farmv1.LabelParentUID] != string(parent.UID) || len(name) > farmv1.MaxNameLength {
+		t.Fatalf("follow-up %s labels %v", name, child.Labels)
+	}
+}
+
+// The longest name a run may have still gets its follow-up: the child's name
+// is shortened with a hash to fit. One character more is refused when the
+// run is created, saying why.
+func TestLongRunNameFollowsUp(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	makeRig(t, ns, "rig", nil)
+	long := strings.Repeat("long-name-", 4) + "12345678"
+	scripts.set(ns, long, byPod(nil, ends(contract.Wait, true, "asked Ana", 50*time.Millisecond)))
+	create(t, newRun(ns, long, "rig"))
+	waitPhase(t, ns, long, farmv1.RunWaiting)
+	req := cronJobRequest(t, ns, long+"-fu", nil)
+	name, err := followup.Create(ctx, k8s, req, "")
+	if err != nil {
+		t.Fatalf("the follow-up of a run named with %d characters: %v", len(long), err)
+	}
+	parent := waitPhase(t, ns, long, farmv1.RunSucceeded)
+	if c := condition(parent, farmv1.ConditionSucceeded); c.Reason != farmv1.ReasonFollowedUp || len(name) > 48 {
+		t.Fatalf("parent %+v, follow-up %q", c, name)
+	}
+
+	err = k8s.Create(ctx, newRun(ns, long+"x", "rig"))
+	if err == nil || !strings.Contains(err.Error(), "at most 48 characters") || !strings.Contains(err.Error(), "shorter name") {
+		t.Fatalf("a 49-character name: %v", err)
+	}
+}
+
+// An agent's periodic job belongs to its rig and expires; a schedule that
+// fires closer than 30 minutes is refused as the loop refuses it. A firing
+// past the expiry, or after the rig is gone, makes no run, deletes its
+// CronJob and says why.
+func TestAgentJobsBelongToTheirRigAndExpire(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	rig := makeRig(t, ns, "rig", nil)
+	m := contract.TerminationMessage{Sentinel: contract.Done, Retryable: true, Recap: "set up reminders", ExitReason: contract.ReasonEndTurn,
+		Jobs: []contract.Job{
+			{Op: contract.JobCreate, ID: "water", Kind: contract.JobPeriodic, Schedule: "0 9 * * *", Description: "water plants"},
+			{Op: contract.JobCreate, ID: "feed", Kind: contract.JobPeriodic, Schedule: "0 18 * * *", Description: "feed the cat"},
+			{Op: contract.JobCreate, ID: "spam", Kind: contract.JobPeriodic, Schedule: "*/10 * * * *", Description: "check mail"},
+		}}
+	b, _ := m.Encode()
+	scripts.set(ns, "plan", byPod(nil, fakekubelet.Ending{After: 50 * time.Millisecond, ExitCode: 0, Message: string(b)}))
+	create(t, newRun(ns, "plan", "rig"))
+	run := waitPhase(t, ns, "plan", farmv1.RunSucceeded)
+
+	water := followup.AgentJobCronJobName("rig", "water")
+	var cj batchv1.CronJob
+	if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: water}, &cj); err != nil {
+		t.Fatal(err)
+	}
+	var ownedByRig bool
+	for _, ref := range cj.OwnerReferences {
+		ownedByRig = ownedByRig || (ref.Kind == "DeviceRig" && ref.UID == rig.UID)
+	}
+	if !ownedByRig {
+		t.Fatalf("agent job CronJob owners %+v: deleting the rig would leave it behind", cj.OwnerReferences)
+	}
+	expires, err := time.Parse(time.RFC3339, cj.Annotations[farmv1.AnnotationExpires])
+	if d := time.Until(expires); err != nil || d < 29*24*time.Hour || d > 31*24*time.Hour {
+		t.Fatalf("expiry %q (%v): want 30 days from now", cj.Annotations[farmv1.AnnotationExpires], err)
+	}
+	if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: followup.AgentJobCronJobName("rig", "spam")}, &batchv1.CronJob{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("a periodic job every 10 minutes got a CronJob (%v)", err)
+	}
+	var spam string
+	for _, j := range run.Status.Jobs {
+		if j.ID == "spam" {
+			spam = j.Message
+		}
+	}
+	if !strings.Contains(spam, "at least 30m0s apart") {
+		t.Fatalf("status.jobs must say why the job was refused: %+v", run.Status.Jobs)
+	}
+
+	req := cronJobRequest(t, ns, water, nil)
+	req.Expires = &metav1.Time{Time: time.Now().Add(-time.Minute)}
+	if name, err := followup.Create(ctx, k8s, req, water+"-29412000"); err == nil || runExists(t, ns, name) {
+		t.Fatalf("an expired job made run %s (%v)", name, err)
+	}
+	eventually(t, "the expired job's CronJob deleted", cronJobGone(t, ns, water))
+
+	feed := followup.AgentJobCronJobName("rig", "feed")
+	req = cronJobRequest(t, ns, feed, nil)
+	if err := k8s.Delete(ctx, rig); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "rig deleted", func() bool {
+		return apierrors.IsNotFound(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "rig"}, &farmv1.DeviceRig{}))
+	})
+	if name, err := followup.Create(ctx, k8s, req, feed+"-29412000"); err == nil || !strings.Contains(err.Error(), "is gone") || runExists(t, ns, name) {
+		t.Fatalf("a job of a deleted rig: run %s, %v", name, err)
+	}
+	eventually(t, "the job of a deleted rig deleted", cronJobGone(t, ns, feed))
+	if r := refusals(t, ns); r["DeviceRig"] != 1 || r["CronJob"] != 1 {
+		t.Fatalf("refusal Events by object %v: want one on the rig (expired) and one on the CronJob (rig gone)", r)
+	}
+}
+
+// A follow-up Job whose parent is gone, or was deleted and created again
+// under its name, makes nothing and says why.
+func TestFollowUpJobRefusesAGoneOrNewParent(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	makeRig(t, ns, "rig", nil)
+	scripts.set(ns, "ask", byPod(nil, ends(contract.Wait, true, "asked Ana", 50*time.Millisecond)))
+	create(t, newRun(ns, "ask", "rig"))
+	old := waitPhase(t, ns, "ask", farmv1.RunWaiting)
+	req := cronJobRequest(t, ns, "ask-fu", nil)
+	if req.Parent == nil || req.Parent.UID != old.UID {
+		t.Fatalf("the request must carry its parent's UID: %+v", req.Parent)
+	}
+	if err := k8s.Delete(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "run deleted", func() bool { return !runExists(t, ns, "ask") })
+	if name, err := followup.Create(ctx, k8s, req, ""); err == nil || !strings.Contains(err.Error(), "is gone") || runExists(t, ns, name) {
+		t.Fatalf("the follow-up of a deleted run: %s, %v", name, err)
+	}
+
+	scripts.set(ns, "ask", byPod(nil, fakekubelet.Ending{Hang: true}))
+	create(t, newRun(ns, "ask", "rig"))
+	if name, err := followup.Create(ctx, k8s, req, ""); err == nil || !strings.Contains(err.Error(), "not the run that scheduled") || runExists(t, ns, name) {
+		t.Fatalf("a new run of the same name took the earlier run's follow-up: %s, %v", name, err)
+	}
+	if n := refusals(t, ns)["CronJob"]; n != 2 {
+		t.Fatalf("%d refusal Events on the CronJob, want 2", n)
+	}
+	cancel := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"cancel":true}}`))
+	if err := k8s.Patch(ctx, &farmv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ask"}}, cancel); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, ns, "ask", farmv1.RunCancelled)
 }

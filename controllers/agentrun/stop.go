@@ -46,6 +46,9 @@ func (s *step) stopReason() *stopCause {
 // gets SIGTERM and its grace period), and once none is left the rig is released.
 func (s *step) stop(ctx context.Context) error {
 	cause := s.stopReason()
+	if err := s.dropFollowUp(ctx, cause); err != nil {
+		return err
+	}
 	if len(s.live) > 0 {
 		return s.stopLive(ctx, cause.message) // the pods' updates bring us back
 	}

@@ -9,7 +9,9 @@ import (
 	"strings"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/internal/contract"
@@ -17,12 +19,6 @@ import (
 
 // MaxTriggerBytes matches the CRD's bound on spec.trigger.
 const MaxTriggerBytes = 16384
-
-// ChildName is the deterministic name of the follow-up at position chain of
-// the chain started by root: <root>-f<N>.
-func ChildName(root string, chain int32) string {
-	return fmt.Sprintf("%s-f%d", root, chain)
-}
 
 // ChainOf returns the chain root and position of a run (position 0 for a run
 // that is not a follow-up).
@@ -79,7 +75,8 @@ func originalTask(run *farmv1.AgentRun) string {
 	return t
 }
 
-// ChildRun builds the follow-up AgentRun: the parent's spec with a new trigger.
+// ChildRun builds the follow-up AgentRun: the parent's spec with a new
+// trigger, labelled with the chain, the parent and the parent's UID.
 func ChildRun(parent *farmv1.AgentRun, n Next, trigger string) *farmv1.AgentRun {
 	spec := *parent.Spec.DeepCopy()
 	spec.Cancel = false
@@ -87,9 +84,10 @@ func ChildRun(parent *farmv1.AgentRun, n Next, trigger string) *farmv1.AgentRun 
 	return &farmv1.AgentRun{
 		TypeMeta: metav1.TypeMeta{APIVersion: farmv1.GroupVersion.String(), Kind: "AgentRun"},
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace:   parent.Namespace,
-			Name:        n.Name,
-			Labels:      map[string]string{farmv1.LabelChainRoot: n.Root, farmv1.LabelParent: parent.Name},
+			Namespace: parent.Namespace,
+			Name:      n.Name,
+			Labels: map[string]string{farmv1.LabelChainRoot: n.Root, farmv1.LabelParent: parent.Name,
+				farmv1.LabelParentUID: string(parent.UID)},
 			Annotations: map[string]string{farmv1.AnnotationChain: fmt.Sprint(n.Chain)},
 		},
 		Spec: spec,
@@ -123,11 +121,14 @@ func PinnedSchedule(t time.Time) string {
 	return fmt.Sprintf("%d %d %d %d *", t.Minute(), t.Hour(), t.Day(), int(t.Month()))
 }
 
-// Request is what a follow-up Job asks `manager followup` to create. It travels
-// in the Job's environment as JSON, so the Job needs nothing else from the
-// cluster than the right to create AgentRuns.
+// Request is what a follow-up Job asks `manager followup` to create, and
+// who asked. It travels in the Job's environment as JSON; the command checks
+// the parent (and an agent job's rig) on the API server before it creates
+// the run (see Create).
 type Request struct {
-	// Run is the AgentRun to create. For periodic jobs its name is a prefix;
+	// Kind is farmv1.KindFollowUp (a WAIT follow-up) or farmv1.KindAgentJob.
+	Kind string `json:"kind,omitempty"`
+	// Run is the AgentRun to create. For agent jobs its name is a prefix;
 	// the Job's name makes it unique per firing.
 	Run *farmv1.AgentRun `json:"run"`
 	// NameFromJob appends the firing's minute (from the Job's name) to Run's name.
@@ -135,6 +136,22 @@ type Request struct {
 	// DeleteCronJob, when set, names the CronJob to delete once the run exists
 	// (one-time agent jobs fire once).
 	DeleteCronJob string `json:"deleteCronJob,omitempty"`
+	// CronJob names the CronJob whose Jobs carry this request.
+	CronJob string `json:"cronJob,omitempty"`
+	// Parent is the run that asked: the run that ended WAIT, or the run whose
+	// agent created the job.
+	Parent *Ref `json:"parent,omitempty"`
+	// Rig is the rig an agent job's runs are pinned to, which owns its CronJob.
+	Rig *Ref `json:"rig,omitempty"`
+	// Expires is when an agent job stops making runs.
+	Expires *metav1.Time `json:"expires,omitempty"`
+}
+
+// Ref names an object and the UID it had when the request was made: an
+// object of that name with another UID is another object.
+type Ref struct {
+	Name string    `json:"name"`
+	UID  types.UID `json:"uid"`
 }
 
 // EncodeRequest renders a request for the Job's environment.
@@ -174,4 +191,16 @@ func Clip(s string, n int) string {
 		s = s[:len(s)-1]
 	}
 	return s
+}
+
+// RequestOf reads the request a follow-up or agent-job CronJob's Jobs carry.
+func RequestOf(cj *batchv1.CronJob) (Request, error) {
+	for _, c := range cj.Spec.JobTemplate.Spec.Template.Spec.Containers {
+		for _, e := range c.Env {
+			if e.Name == EnvRequest {
+				return DecodeRequest(e.Value)
+			}
+		}
+	}
+	return Request{}, fmt.Errorf("CronJob %s carries no %s", cj.Name, EnvRequest)
 }

@@ -111,3 +111,77 @@ func TestChildKeepsExplicitZeroLimits(t *testing.T) {
 		}
 	}
 }
+
+// The operator applies the loop's rule for periodic jobs, with the loop's
+// parser: at least state.MinPeriodicGap between two firings, wherever in the
+// schedule they fall.
+func TestValidateJobRefusesPeriodicJobsTooClose(t *testing.T) {
+	for schedule, ok := range map[string]bool{
+		"*/10 * * * *": false,
+		"0,20 9 * * *": false,
+		"50 23 * * *":  true,
+		"0,40 * * * *": false, // :40, then :00 of the next hour
+		"0 * * * *":    true,
+		"0,30 9 * * *": true,
+		"0 9 * * 1-5":  true,
+	} {
+		err := ValidateJob(contract.Job{Op: contract.JobCreate, ID: "j", Kind: contract.JobPeriodic, Schedule: schedule})
+		if ok != (err == nil) {
+			t.Errorf("periodic %q: %v", schedule, err)
+		}
+		if err != nil && !strings.Contains(err.Error(), "at least 30m0s apart") {
+			t.Errorf("periodic %q: the refusal must name the rule: %v", schedule, err)
+		}
+	}
+	if err := ValidateJob(contract.Job{Op: contract.JobCreate, ID: "j", Kind: contract.JobPeriodic, Schedule: "0 9 * JAN *"}); err == nil {
+		t.Error("names are refused, as the loop refuses them")
+	}
+}
+
+// An agent job's CronJob is owned by its rig (deleting the rig deletes it),
+// carries the creating run's UID, and expires: a periodic job after the
+// manager's TTL (30 days unless set), a one-time job a day past its minute.
+func TestAgentJobCronJobOwnerAndExpiry(t *testing.T) {
+	run := &farmv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Name: "plan", Namespace: "ns", UID: "run-uid"},
+		Spec: farmv1.AgentRunSpec{RigSelector: &farmv1.RigSelector{}, Trigger: "t", Cancel: true}}
+	rig := &farmv1.DeviceRig{ObjectMeta: metav1.ObjectMeta{Name: "rig", Namespace: "ns", UID: "rig-uid"}}
+	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	periodic := contract.Job{Op: contract.JobCreate, ID: "water", Kind: contract.JobPeriodic, Schedule: "0 9 * * *", Description: "water plants"}
+	for _, tc := range []struct {
+		job  contract.Job
+		d    JobDefaults
+		want time.Time
+	}{
+		{periodic, JobDefaults{}, now.Add(30 * 24 * time.Hour)},
+		{periodic, JobDefaults{AgentJobTTL: 48 * time.Hour}, now.Add(48 * time.Hour)},
+		{contract.Job{Op: contract.JobCreate, ID: "call", Kind: contract.JobOneTime, Schedule: "30 14 2 5 *"}, JobDefaults{},
+			time.Date(2026, 5, 3, 14, 30, 0, 0, time.UTC)},
+	} {
+		cj, err := AgentJobCronJob(run, rig, tc.job, now, tc.d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs := cj.OwnerReferences
+		if len(refs) != 1 || refs[0].Kind != "DeviceRig" || refs[0].UID != "rig-uid" || refs[0].Name != "rig" {
+			t.Fatalf("%s: owners %+v, want the rig", tc.job.ID, refs)
+		}
+		if cj.Labels[farmv1.LabelParentUID] != "run-uid" || cj.Annotations[farmv1.AnnotationExpires] != tc.want.Format(time.RFC3339) {
+			t.Fatalf("%s: labels %v annotations %v, want expiry %s", tc.job.ID, cj.Labels, cj.Annotations, tc.want)
+		}
+		req, err := RequestOf(cj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if req.Kind != farmv1.KindAgentJob || req.Rig == nil || req.Rig.UID != "rig-uid" || req.Parent == nil || req.Parent.UID != "run-uid" ||
+			req.Expires == nil || !req.Expires.Equal(&metav1.Time{Time: tc.want}) || req.CronJob != cj.Name {
+			t.Fatalf("%s: request %+v", tc.job.ID, req)
+		}
+		if req.Run.Spec.Cancel || req.Run.Spec.RigRef == nil || req.Run.Spec.RigRef.Name != "rig" || req.Run.Labels[farmv1.LabelParentUID] != "run-uid" {
+			t.Fatalf("%s: run %+v", tc.job.ID, req.Run)
+		}
+		p := cj.Spec.JobTemplate.Spec.PodFailurePolicy
+		if p == nil || len(p.Rules) != 1 || p.Rules[0].Action != "FailJob" {
+			t.Fatalf("%s: a refusal must not be retried: pod failure policy %+v", tc.job.ID, p)
+		}
+	}
+}
