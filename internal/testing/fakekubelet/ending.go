@@ -30,8 +30,9 @@ type Ending struct {
 	Hang bool
 
 	// IgnoreSIGTERM keeps the process running once its pod is deleted, until
-	// SIGKILL at the end of the deletion's grace period (exit 137). Without
-	// it, SIGTERM ends the process at once (exit 143).
+	// SIGKILL at the end of the deletion's grace period, and no sooner than
+	// a kubelet's least grace of 2 s (exit 137). Without it, SIGTERM ends
+	// the process at once (exit 143).
 	IgnoreSIGTERM bool
 	// StuckTerminating keeps the process, and so its pod object, for this
 	// long after the kubelet first signals it (a deletion, or a kill for a

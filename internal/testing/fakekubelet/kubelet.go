@@ -239,7 +239,7 @@ func (k *Kubelet) tick(ctx context.Context, work chan<- *podState) {
 		k.mu.Lock()
 		var gone []string
 		for id, st := range k.pods {
-			if !listed[id] && !st.gone && !st.seen.After(now) {
+			if !listed[id] && !st.gone {
 				gone = append(gone, id)
 			}
 		}

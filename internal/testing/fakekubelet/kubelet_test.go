@@ -135,3 +135,81 @@ func TestEventsDrivePodsAndCatchTwoOnOneRig(t *testing.T) {
 		t.Fatalf("violations after first-c was deleted: %q", v)
 	}
 }
+
+// Fed by events, a partitioned node's kubelet writes nothing while its
+// processes run on, hears no force deletion, and on its return reports the
+// ending it missed and kills the process whose pod is gone.
+func TestEventsPartitionAndHeal(t *testing.T) {
+	s := runtime.NewScheme()
+	if err := corev1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	ends, orphan := attemptPod("ends", "rig-a"), attemptPod("orphan", "rig-b")
+	for _, p := range []*corev1.Pod{ends, orphan} {
+		p.Spec.NodeName = "n"
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}}
+	c := fake.NewClientBuilder().WithScheme(s).WithObjects(ends, orphan, node).
+		WithStatusSubresource(&corev1.Pod{}, &corev1.Node{}).Build()
+	k := &Kubelet{Client: c, Poll: 5 * time.Millisecond, EndOnly: true, Script: func(p *corev1.Pod) Ending {
+		if p.Name == "ends" {
+			return Ending{After: 100 * time.Millisecond, Message: "done"}
+		}
+		return Ending{Hang: true}
+	}}
+	events := k.Events()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go k.Run(ctx)
+	events.OnAdd(ends.DeepCopy(), false)
+	events.OnAdd(orphan.DeepCopy(), false)
+	for deadline := time.Now().Add(5 * time.Second); k.Started() != 2; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the pods never started")
+		}
+	}
+	if err := k.PartitionNode(ctx, "n", 0); err != nil {
+		t.Fatal(err)
+	}
+	var n corev1.Node
+	if err := c.Get(ctx, types.NamespacedName{Name: "n"}, &n); err != nil || len(n.Status.Conditions) != 1 ||
+		n.Status.Conditions[0].Status != corev1.ConditionUnknown {
+		t.Fatalf("node after the cut: %+v (%v)", n.Status.Conditions, err)
+	}
+	if err := c.Delete(ctx, orphan); err != nil {
+		t.Fatal(err)
+	}
+	events.OnDelete(orphan)
+	time.Sleep(300 * time.Millisecond)
+	phaseOf := func(name string) corev1.PodPhase {
+		var p corev1.Pod
+		if err := c.Get(ctx, types.NamespacedName{Namespace: "farm", Name: name}, &p); err != nil {
+			t.Fatal(err)
+		}
+		return p.Status.Phase
+	}
+	l := k.Ledger()
+	if len(l["farm/rig-a"]) != 1 || l["farm/rig-a"][0].End.IsZero() || len(l["farm/rig-b"]) != 1 || !l["farm/rig-b"][0].End.IsZero() {
+		t.Fatalf("ledger while cut off: %+v", l)
+	}
+	if got := phaseOf("ends"); got != "" {
+		t.Fatalf("a cut-off kubelet wrote phase %q", got)
+	}
+
+	healedAt := time.Now()
+	if err := k.HealNode(ctx, "n"); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); phaseOf("ends") != corev1.PodSucceeded; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the ending was not reported once the node came back")
+		}
+	}
+	l = k.Ledger()
+	if end := l["farm/rig-a"][0].End; !end.Before(healedAt) {
+		t.Fatalf("ends ended at %v, after the heal at %v", end, healedAt)
+	}
+	if end := l["farm/rig-b"][0].End; end.Before(healedAt) {
+		t.Fatalf("the orphan ended at %v, before its node came back at %v", end, healedAt)
+	}
+}
