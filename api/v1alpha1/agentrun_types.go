@@ -376,6 +376,11 @@ type AgentRunStatus struct {
 	// InfraRetries used so far (free retries).
 	// +optional
 	InfraRetries int32 `json:"infraRetries,omitempty"`
+	// NextAttemptTime is when the next counted attempt may start: after an
+	// attempt ends STUCK the run backs off (10 s, 20 s, 40 s … at most 5 min
+	// by default) before its fresh attempt.
+	// +optional
+	NextAttemptTime *metav1.Time `json:"nextAttemptTime,omitempty"`
 	// Sentinel of the last attempt.
 	// +optional
 	Sentinel string `json:"sentinel,omitempty"`

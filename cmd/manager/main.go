@@ -53,6 +53,7 @@ type managerFlags struct {
 	managerImage, followupSA      *string
 	startupTimeout, nodeLostGrace *time.Duration
 	agentJobTTL                   *time.Duration
+	attemptBackoff, rigNotReady   *time.Duration
 	probeInterval, probeTimeout   *time.Duration
 	runWorkers, rigWorkers        *int
 	zap                           *zap.Options
@@ -72,7 +73,9 @@ func newManagerFlags() *managerFlags {
 		followupSA:      fs.String("followup-service-account", "clawfarm-followup", "service account of follow-up Jobs (the clawfarm-followup role: get, create and patch agentruns, get devicerigs, get and delete cronjobs, create events)"),
 		agentJobTTL:     fs.Duration("agent-job-ttl", followup.DefaultAgentJobTTL, "how long an agent's periodic job makes runs after the session that created it; then its CronJob is deleted at its next firing"),
 		startupTimeout:  fs.Duration("pod-startup-timeout", 5*time.Minute, "a loop pod Pending this long counts as never started (a free retry)"),
-		nodeLostGrace:   fs.Duration("node-lost-grace", 5*time.Minute, "a node NotReady this long loses its attempts (a free retry)"),
+		nodeLostGrace:   fs.Duration("node-lost-grace", 5*time.Minute, "a node NotReady this long is reported in its runs' status; their attempts still count as alive until the node reports again, is deleted, or is tainted node.kubernetes.io/out-of-service"),
+		rigNotReady:     fs.Duration("rig-not-ready-grace", 5*time.Minute, "a run keeps a rig that is not Ready, with no attempt on it, this long; then it gives the rig back and queues again"),
+		attemptBackoff:  fs.Duration("attempt-backoff", 10*time.Second, "the wait before a fresh attempt after the first ended STUCK, doubled for each attempt after, at most 5m"),
 		probeInterval:   fs.Duration("rig-probe-interval", 15*time.Second, "how often each rig's health route is asked"),
 		probeTimeout:    fs.Duration("rig-probe-timeout", 3*time.Second, "how long one rig health probe may take"),
 		runWorkers:      fs.Int("agentrun-workers", 8, "concurrent AgentRun reconciles"),
@@ -106,7 +109,7 @@ func runManager(args []string) int {
 	if err := setup(mgr, Settings{
 		Loop:           attempt.Defaults{Image: *f.loopImage, ServiceAccountName: *f.loopSA, ImagePullPolicy: corev1.PullPolicy(*f.pullPolicy)},
 		FollowUp:       followup.JobDefaults{Image: *f.managerImage, ServiceAccountName: *f.followupSA, AgentJobTTL: *f.agentJobTTL},
-		StartupTimeout: *f.startupTimeout, NodeLostGrace: *f.nodeLostGrace,
+		StartupTimeout: *f.startupTimeout, NodeLostGrace: *f.nodeLostGrace, AttemptBackoff: *f.attemptBackoff, RigNotReadyGrace: *f.rigNotReady,
 		ProbeInterval: *f.probeInterval, ProbeTimeout: *f.probeTimeout,
 		RunWorkers: *f.runWorkers, RigWorkers: *f.rigWorkers,
 	}); err != nil {
@@ -135,6 +138,8 @@ type Settings struct {
 	FollowUp                    followup.JobDefaults
 	StartupTimeout              time.Duration
 	NodeLostGrace               time.Duration
+	AttemptBackoff              time.Duration
+	RigNotReadyGrace            time.Duration
 	ProbeInterval, ProbeTimeout time.Duration
 	RunWorkers, RigWorkers      int
 }
@@ -143,7 +148,7 @@ func setup(mgr ctrl.Manager, s Settings) error {
 	if err := (&agentrun.Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("agentrun-controller"),
 		Config: agentrun.Config{Loop: s.Loop, FollowUp: s.FollowUp, StartupTimeout: s.StartupTimeout,
-			NodeLostGrace: s.NodeLostGrace, MaxConcurrentReconciles: s.RunWorkers},
+			NodeLostGrace: s.NodeLostGrace, AttemptBackoff: s.AttemptBackoff, RigNotReadyGrace: s.RigNotReadyGrace, MaxConcurrentReconciles: s.RunWorkers},
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("agentrun controller: %w", err)
 	}

@@ -311,7 +311,12 @@ func runEvents(t *testing.T, ns string) map[string][]string {
 	return out
 }
 
-func TestLostNodeIsAFreeRetry(t *testing.T) {
+// A node that stops reporting may still run its pods: the attempt counts as
+// alive and the rig stays held — no retry starts on the phone — until an
+// operator marks the node out of service (or deletes it). Then the attempt is
+// a free retry, which starts once the node is back.
+func TestUnreachableNodeKeepsItsAttemptUntilMarkedGone(t *testing.T) {
+	ctx := context.Background()
 	ns := namespace(t)
 	rig := makeRig(t, ns, "rig", nil)
 	scripts.set(ns, "lost", byPod(map[string]fakekubelet.Ending{"lost-a1": {Hang: true}}, ends(contract.Done, true, "ok", 50*time.Millisecond)))
@@ -322,9 +327,39 @@ func TestLostNodeIsAFreeRetry(t *testing.T) {
 		return len(p) == 1 && p[0].Status.Phase == corev1.PodRunning
 	})
 	setNodeReady(t, rig.Spec.NodeName, false)
-	run := waitRun(t, ns, "lost", func(r *farmv1.AgentRun) bool { return len(r.Status.Attempts) >= 1 })
+	// Past the suite's NodeLostGrace (1 s) the status says so, and nothing else happens.
+	run := waitRun(t, ns, "lost", func(r *farmv1.AgentRun) bool {
+		c := condition(r, farmv1.ConditionSucceeded)
+		return c != nil && strings.Contains(c.Message, "has not reported")
+	})
+	time.Sleep(2 * time.Second)
+	run = getRun(t, ns, "lost")
+	if len(run.Status.Attempts) != 0 || run.Status.Phase != farmv1.RunRunning || len(podsOf(t, ns, "lost")) != 1 {
+		t.Fatalf("a pod on an unreachable node was given up: phase %s, attempts %+v, pods %d", run.Status.Phase, run.Status.Attempts, len(podsOf(t, ns, "lost")))
+	}
+	if h := leaseHolder(t, ns, "rig"); h != "lost" {
+		t.Fatalf("the rig's Lease is held by %q while the attempt may run", h)
+	}
+
+	// The operator says the node is gone for good.
+	var node corev1.Node
+	if err := k8s.Get(ctx, types.NamespacedName{Name: rig.Spec.NodeName}, &node); err != nil {
+		t.Fatal(err)
+	}
+	node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
+	if err := k8s.Update(ctx, &node); err != nil {
+		t.Fatal(err)
+	}
+	run = waitRun(t, ns, "lost", func(r *farmv1.AgentRun) bool { return len(r.Status.Attempts) >= 1 })
 	if a := run.Status.Attempts[0]; a.Outcome != farmv1.OutcomeInfrastructure || a.Counted {
-		t.Fatalf("lost node must be a free retry: %+v", a)
+		t.Fatalf("an attempt on a node marked gone must be a free retry: %+v", a)
+	}
+	if err := k8s.Get(ctx, types.NamespacedName{Name: rig.Spec.NodeName}, &node); err != nil {
+		t.Fatal(err)
+	}
+	node.Spec.Taints = nil
+	if err := k8s.Update(ctx, &node); err != nil {
+		t.Fatal(err)
 	}
 	setNodeReady(t, rig.Spec.NodeName, true)
 	done := waitPhase(t, ns, "lost", farmv1.RunSucceeded)
@@ -381,4 +416,36 @@ func TestDeletedRunReleasesItsRig(t *testing.T) {
 	eventually(t, "pods gone", func() bool { return len(podsOf(t, ns, "doomed")) == 0 })
 	create(t, newRun(ns, "next", "rig"))
 	waitPhase(t, ns, "next", farmv1.RunSucceeded)
+}
+
+// A STUCK attempt is followed by a fresh one only after a back-off, visible
+// in status.nextAttemptTime and the Succeeded condition (the suite's base is
+// 2 s; status times have whole seconds).
+func TestStuckBacksOffBeforeTheFreshAttempt(t *testing.T) {
+	ns := namespace(t)
+	makeRig(t, ns, "rig", nil)
+	scripts.set(ns, "again", byPod(map[string]fakekubelet.Ending{"again-a1": ends(contract.Stuck, true, "lost in a menu", 50*time.Millisecond)},
+		ends(contract.Done, true, "done", 50*time.Millisecond)))
+	create(t, newRun(ns, "again", "rig"))
+	backingOff := waitRun(t, ns, "again", func(r *farmv1.AgentRun) bool {
+		c := condition(r, farmv1.ConditionSucceeded)
+		return r.Status.Phase == farmv1.RunRetrying && r.Status.NextAttemptTime != nil && c != nil && strings.Contains(c.Message, "back-off")
+	})
+	next := backingOff.Status.NextAttemptTime.Time
+	ended := backingOff.Status.Attempts[0].FinishTime.Time
+	if d := next.Sub(ended); d < time.Second || d > 3*time.Second {
+		t.Errorf("nextAttemptTime is %s after attempt 1 ended, want the 2 s back-off (±1 s of rounding)", d)
+	}
+	done := waitPhase(t, ns, "again", farmv1.RunSucceeded)
+	if last := done.Status.Attempts[len(done.Status.Attempts)-1]; last.Pod != "again-a2" {
+		t.Fatalf("the run ended with %s, want attempt 2", last.Pod)
+	}
+	if done.Status.NextAttemptTime != nil {
+		t.Errorf("nextAttemptTime %v left in a finished run", done.Status.NextAttemptTime)
+	}
+	for _, p := range podsOf(t, ns, "again") {
+		if p.Name == "again-a2" && p.CreationTimestamp.Time.Before(next) {
+			t.Fatalf("attempt 2 started at %s, before nextAttemptTime %s", p.CreationTimestamp, next)
+		}
+	}
 }

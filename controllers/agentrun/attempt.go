@@ -3,7 +3,9 @@ package agentrun
 import (
 	"context"
 	"fmt"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -54,16 +56,54 @@ func (s *step) advance(ctx context.Context) (then, error) {
 	if len(s.live) > 0 {
 		st.Attempt, _ = podAttempt(s.live[len(s.live)-1])
 		st.Phase = farmv1.RunRunning
-		conditions.Unknown(&st.Conditions, gen, farmv1.ConditionSucceeded, farmv1.ReasonRunning,
-			fmt.Sprintf("attempt %d is running on rig %s", st.Attempt, s.heldRig))
+		st.NextAttemptTime = nil
+		msg := fmt.Sprintf("attempt %d is running on rig %s", st.Attempt, s.heldRig)
+		if p := s.live[len(s.live)-1]; p.DeletionTimestamp != nil && s.now.After(p.DeletionTimestamp.Add(time.Minute)) {
+			// Past its grace period and a minute more, and its kubelet has not
+			// confirmed the end: the phone may still be driven, so it stays held.
+			msg = fmt.Sprintf("pod %s has been terminating since %s and its node has not confirmed it ended; the rig stays held until it does "+
+				"(if the node is gone for good, `kubectl delete node %s` or taint it %s=nodeshutdown:NoExecute)",
+				p.Name, p.DeletionTimestamp.UTC().Format(time.RFC3339), p.Spec.NodeName, corev1.TaintNodeOutOfService)
+		} else if p.DeletionTimestamp != nil {
+			s.wake(p.DeletionTimestamp.Add(time.Minute + time.Second))
+		}
+		if s.unreachable != "" {
+			msg = fmt.Sprintf("attempt %d on rig %s may still be running: %s. It counts as alive, and the rig stays held, "+
+				"until the node reports again; if the node is gone for good, `kubectl delete node` it or taint it %s=nodeshutdown:NoExecute",
+				st.Attempt, s.heldRig, s.unreachable, corev1.TaintNodeOutOfService)
+		}
+		conditions.Unknown(&st.Conditions, gen, farmv1.ConditionSucceeded, farmv1.ReasonRunning, msg)
 		return writeNow, nil
 	}
 	if p := s.rig.Status.Phase; p == farmv1.RigOffline || p == farmv1.RigNotReady {
-		// Keep the rig, but start nothing on a node or phone that cannot run it:
-		// the rig's status change wakes this run when it is back.
+		// Keep the rig for a while, but start nothing on a node or phone that
+		// cannot run it: the rig's status change wakes this run when it is
+		// back. Past the grace the rig goes back, and the run queues again.
+		since := notReadySince(s.rig, s.now)
+		if s.now.Sub(since) >= s.r.Config.rigNotReadyGrace() {
+			if err := s.releaseRig(ctx); err != nil || s.heldRig != "" {
+				return writeNow, err
+			}
+			st.Phase = farmv1.RunQueued
+			conditions.False(&st.Conditions, gen, farmv1.ConditionRigLeased, farmv1.ReasonRigNotReady,
+				fmt.Sprintf("rig %s has been %s since %s; it was given back and the run queues again", s.rig.Name, p, since.UTC().Format(time.RFC3339)))
+			conditions.Unknown(&st.Conditions, gen, farmv1.ConditionSucceeded, farmv1.ReasonQueued, "waiting for a rig: rig "+s.rig.Name+" is "+string(p))
+			return writeNow, nil
+		}
+		s.wake(since.Add(s.r.Config.rigNotReadyGrace()))
 		st.Phase = farmv1.RunRetrying
 		conditions.Unknown(&st.Conditions, gen, farmv1.ConditionSucceeded, farmv1.ReasonRigNotReady,
 			fmt.Sprintf("attempt %d waits for rig %s, which is %s", attempt.Next(st).Attempt, s.rig.Name, p))
+		return writeNow, nil
+	}
+	if t := st.NextAttemptTime; t != nil && s.now.Before(t.Time) {
+		// Back off before a fresh attempt, holding the rig: the retry is meant
+		// for this phone, in the state the last attempt left it.
+		st.Phase = farmv1.RunRetrying
+		conditions.Unknown(&st.Conditions, gen, farmv1.ConditionSucceeded, farmv1.ReasonRetrying,
+			fmt.Sprintf("attempt %d of %d starts at %s, after a back-off: attempt %d ended STUCK", attempt.Next(st).Attempt,
+				s.run.Spec.Limits.MaxAttempts, t.UTC().Format(time.RFC3339), st.Attempt))
+		s.wake(t.Time)
 		return writeNow, nil
 	}
 	return s.startAttempt(ctx, leasedNow)
@@ -93,7 +133,9 @@ func (s *step) startAttempt(ctx context.Context, leasedNow bool) (then, error) {
 		created = true
 	case apierrors.IsAlreadyExists(err):
 		// created by an earlier reconcile the cache has not shown yet
-	case apierrors.IsInvalid(err):
+	case apierrors.IsInvalid(err), apierrors.IsForbidden(err), apierrors.IsBadRequest(err):
+		// Refused for good (admission, a quota, a policy): retrying the same
+		// pod would hold the phone forever.
 		s.ev.podCreateFailed(s.run, err)
 		s.finishWith(farmv1.RunFailed, farmv1.ReasonInvalidConfig, fmt.Sprintf("the attempt pod was refused: %v", err))
 		return writeNow, s.releaseRig(ctx)
@@ -103,10 +145,20 @@ func (s *step) startAttempt(ctx context.Context, leasedNow bool) (then, error) {
 	}
 	st.Attempt = next.Attempt
 	st.Phase = farmv1.RunRunning
+	st.NextAttemptTime = nil
 	conditions.Unknown(&st.Conditions, gen, farmv1.ConditionSucceeded, farmv1.ReasonRunning,
 		fmt.Sprintf("attempt %d is running on rig %s", next.Attempt, s.heldRig))
 	if created {
 		return awaitPodEvent, nil
 	}
 	return writeNow, nil
+}
+
+// notReadySince is when the rig's Ready condition last changed (it is not
+// Ready now); a rig with no such condition yet counts from now.
+func notReadySince(rig *farmv1.DeviceRig, now time.Time) time.Time {
+	if c := conditions.Get(rig.Status.Conditions, farmv1.ConditionReady); c != nil {
+		return c.LastTransitionTime.Time
+	}
+	return now
 }

@@ -39,8 +39,22 @@ type Config struct {
 	FollowUp followup.JobDefaults
 	// StartupTimeout bounds how long an attempt pod may stay Pending (a free retry after).
 	StartupTimeout time.Duration
-	// NodeLostGrace is how long a pod's node may be NotReady before the attempt counts as lost.
+	// NodeLostGrace is how long a pod's node may be NotReady before the run's
+	// status says so. The attempt still counts as alive: only the node's own
+	// report, its deletion or the out-of-service taint ends it.
 	NodeLostGrace time.Duration
+	// ConfigErrorGrace is how long an attempt pod may show a configuration
+	// error (a missing Secret, an image that does not exist) before the run
+	// fails InvalidConfig (default 30 s).
+	ConfigErrorGrace time.Duration
+	// AttemptBackoff is the wait before the second attempt once the first
+	// ended STUCK, doubled for each attempt after (default 10 s, at most
+	// attempt.MaxBackoff).
+	AttemptBackoff time.Duration
+	// RigNotReadyGrace is how long a run keeps a rig that is not Ready, with
+	// no attempt running on it, before it gives the rig back and queues
+	// again (default 5 min).
+	RigNotReadyGrace time.Duration
 	// MaxConcurrentReconciles of the controller.
 	MaxConcurrentReconciles int
 }
@@ -185,6 +199,9 @@ type step struct {
 	rig     *farmv1.DeviceRig
 
 	wakeAt time.Time
+	// unreachable says, when set, that a live pod's node has not reported for
+	// longer than Config.NodeLostGrace.
+	unreachable string
 }
 
 // wake asks for the run to be reconciled again at t (the earliest asked wins).
@@ -203,6 +220,27 @@ func (s *step) result() ctrl.Result {
 		d = 100 * time.Millisecond
 	}
 	return ctrl.Result{RequeueAfter: d}
+}
+
+func (c Config) configErrorGrace() time.Duration {
+	if c.ConfigErrorGrace == 0 {
+		return 30 * time.Second
+	}
+	return c.ConfigErrorGrace
+}
+
+func (c Config) attemptBackoff() time.Duration {
+	if c.AttemptBackoff == 0 {
+		return 10 * time.Second
+	}
+	return c.AttemptBackoff
+}
+
+func (c Config) rigNotReadyGrace() time.Duration {
+	if c.RigNotReadyGrace == 0 {
+		return 5 * time.Minute
+	}
+	return c.RigNotReadyGrace
 }
 
 // SetupWithManager registers the controller and its watches (watches.go).

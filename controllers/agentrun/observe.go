@@ -58,25 +58,36 @@ func (s *step) startedAt(first *corev1.Pod) time.Time {
 	return first.CreationTimestamp.Time
 }
 
-// nodeLost reports whether the pod's node is gone or NotReady past the grace period.
-func (s *step) nodeLost(ctx context.Context, pod *corev1.Pod) bool {
+// nodeOf tells what the pod's node can say for it: gone is true when the
+// node object was deleted or an operator marked it out of service (the
+// node.kubernetes.io/out-of-service taint); unreachable is true while the
+// node is not Ready, so its kubelet cannot report what the pod does. A pod
+// on an unreachable node counts as alive: the phone is on that node, and
+// nothing else could use it anyway.
+func (s *step) nodeOf(ctx context.Context, pod *corev1.Pod) (gone, unreachable bool) {
 	if pod.Spec.NodeName == "" || terminal(pod) {
-		return false
+		return false, false
 	}
 	var node corev1.Node
 	if err := s.r.Get(ctx, types.NamespacedName{Name: pod.Spec.NodeName}, &node); err != nil {
-		return apierrors.IsNotFound(err)
+		return apierrors.IsNotFound(err), false
+	}
+	for _, t := range node.Spec.Taints {
+		if t.Key == corev1.TaintNodeOutOfService {
+			return true, false
+		}
 	}
 	for _, c := range node.Status.Conditions {
 		if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
-			until := c.LastTransitionTime.Add(s.r.Config.NodeLostGrace)
-			if s.now.After(until) {
-				return true
+			if since := c.LastTransitionTime.Time; s.now.Sub(since) >= s.r.Config.NodeLostGrace {
+				s.unreachable = fmt.Sprintf("node %s has not reported since %s", node.Name, since.UTC().Format(time.RFC3339))
+			} else {
+				s.wake(since.Add(s.r.Config.NodeLostGrace))
 			}
-			s.wake(until)
+			return false, true
 		}
 	}
-	return false
+	return false, false
 }
 
 // terminal reports whether the pod's containers have all ended for good.

@@ -19,8 +19,11 @@ import (
 // ending is an attempt pod whose outcome is recorded and that may now go.
 type ending struct {
 	pod *corev1.Pod
-	// evict: the pod will not end by itself (lost node, never started).
+	// evict: the pod will not end by itself (never started, a node gone).
 	evict bool
+	// nodeGone: the pod's node is deleted or out of service; no kubelet will
+	// ever confirm its end.
+	nodeGone bool
 }
 
 // recordEnded records the outcome of every attempt pod that ended. The status
@@ -36,12 +39,13 @@ func (s *step) recordEnded(ctx context.Context) error {
 			}
 			continue
 		}
+		gone, unreachable := s.nodeOf(ctx, pod)
 		o, ended := attempt.Classify(pod, attempt.World{
-			Now: s.now, NodeLost: s.nodeLost(ctx, pod), Cancelling: s.stopReason() != nil,
-			StartupTimeout: s.r.Config.StartupTimeout,
+			Now: s.now, NodeGone: gone, NodeUnreachable: unreachable, Cancelling: s.stopReason() != nil,
+			StartupTimeout: s.r.Config.StartupTimeout, ConfigErrorGrace: s.r.Config.configErrorGrace(),
 		})
 		if attempt.Recorded(&s.run.Status, pod.Name) {
-			done = append(done, ending{pod, o.Evict})
+			done = append(done, ending{pod, o.Evict, gone})
 			continue
 		}
 		if !ended {
@@ -52,7 +56,7 @@ func (s *step) recordEnded(ctx context.Context) error {
 			continue
 		}
 		s.record(ctx, pod, o)
-		done = append(done, ending{pod, o.Evict})
+		done = append(done, ending{pod, o.Evict, gone})
 		recorded = true
 	}
 	if recorded {
@@ -92,11 +96,17 @@ func (s *step) record(ctx context.Context, pod *corev1.Pod, o attempt.Outcome) {
 		s.ev.attemptEnded(s.run, pod, rec) // a final phase's own event says how the run ended
 	}
 	s.enter(v, o)
+	if s.run.Status.Phase == farmv1.RunRetrying && o.Counted {
+		t := metav1.NewTime(s.now.Add(attempt.Backoff(rec.Attempt, s.r.Config.attemptBackoff())))
+		s.run.Status.NextAttemptTime = &t
+	}
 	attemptsEnded.WithLabelValues(rec.Outcome).Inc()
 }
 
-// letGo lets a recorded pod go: the finalizer is removed; a pod that will
-// not end by itself (lost node, never started) is deleted outright.
+// letGo lets a recorded pod go: the finalizer is removed, and a pod that will
+// not end by itself (never started, a node gone) is deleted. The deletion is
+// graceful — the node's kubelet confirms it, and the rig stays held until
+// then — except on a node that is gone, where no kubelet ever will.
 func (s *step) letGo(ctx context.Context, e ending) error {
 	pod := e.pod
 	patch := client.MergeFrom(pod.DeepCopy())
@@ -104,8 +114,12 @@ func (s *step) letGo(ctx context.Context, e ending) error {
 	if err := s.r.Patch(ctx, pod, patch); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("remove finalizer of pod %s: %w", pod.Name, err)
 	}
-	if e.evict || (!terminal(pod) && pod.DeletionTimestamp == nil) {
-		if err := s.r.Delete(ctx, pod, client.GracePeriodSeconds(0)); err != nil && !apierrors.IsNotFound(err) {
+	if (e.evict || !terminal(pod)) && (pod.DeletionTimestamp == nil || e.nodeGone) {
+		var opts []client.DeleteOption
+		if e.nodeGone {
+			opts = append(opts, client.GracePeriodSeconds(0))
+		}
+		if err := s.r.Delete(ctx, pod, opts...); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("delete pod %s: %w", pod.Name, err)
 		}
 	}

@@ -189,3 +189,28 @@ func getLease(t *testing.T, ns, rig string) *coordinationv1.Lease {
 	}
 	return &l
 }
+
+// A run keeps a rig that is not Ready only for a while: past the grace (the
+// suite's is 3 s) it gives the phone back, queues again, and a selector run
+// takes another Ready rig for its fresh attempt.
+func TestRunGivesBackARigThatStaysNotReady(t *testing.T) {
+	ns := namespace(t)
+	makeRig(t, ns, "a", map[string]string{"pool": "ios"})
+	makeRig(t, ns, "b", map[string]string{"pool": "ios"})
+	run := newRun(ns, "move", "")
+	run.Spec.RigRef, run.Spec.RigSelector = nil, &farmv1.RigSelector{MatchLabels: map[string]string{"pool": "ios"}}
+	scripts.set(ns, "move", byPod(map[string]fakekubelet.Ending{"move-a1": ends(contract.Stuck, true, "the phone froze", 3*time.Second)},
+		ends(contract.Done, true, "done", 50*time.Millisecond)))
+	create(t, run)
+	waitRun(t, ns, "move", func(r *farmv1.AgentRun) bool { return r.Status.Phase == farmv1.RunRunning && r.Status.Rig == "a" })
+	health.Set(ns+"-a", false) // rig a goes NotReady while attempt 1 runs, and stays so
+	waitRig(t, ns, "a", func(r *farmv1.DeviceRig) bool { return r.Status.Phase == farmv1.RigNotReady })
+	done := waitPhase(t, ns, "move", farmv1.RunSucceeded)
+	last := done.Status.Attempts[len(done.Status.Attempts)-1]
+	if last.Pod != "move-a2" || done.Status.Rig != "b" {
+		t.Fatalf("attempt 2 ran as %s on rig %q, want move-a2 on b (a stayed NotReady)", last.Pod, done.Status.Rig)
+	}
+	if h := leaseHolder(t, ns, "a"); h != "" {
+		t.Fatalf("rig a is still held by %q", h)
+	}
+}

@@ -2,6 +2,7 @@ package attempt
 
 import (
 	"fmt"
+	"time"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 )
@@ -71,7 +72,7 @@ func Apply(run *farmv1.AgentRun, rec farmv1.AttemptRecord, o Outcome) Verdict {
 	case farmv1.OutcomeNotRetryable:
 		return Verdict{farmv1.RunFailed, farmv1.ReasonNotRetryable, o.Explanation}
 	case farmv1.OutcomeInvalidConfig:
-		return Verdict{farmv1.RunFailed, farmv1.ReasonInvalidConfig, "the loop refused its configuration: " + o.Explanation}
+		return Verdict{farmv1.RunFailed, farmv1.ReasonInvalidConfig, "the run's configuration is wrong: " + o.Explanation}
 	case farmv1.OutcomeCancelled:
 		return Verdict{farmv1.RunCancelled, farmv1.ReasonCancelled, "the run was cancelled"}
 	case farmv1.OutcomeInfrastructure:
@@ -111,4 +112,21 @@ func Next(st *farmv1.AgentRunStatus) NextPod {
 		return NextPod{Attempt: last.Attempt, Retry: last.Retry + 1, Resume: true}
 	}
 	return NextPod{Attempt: last.Attempt + 1}
+}
+
+// MaxBackoff caps the wait before a fresh attempt, as the Job controller
+// caps its pod back-off.
+const MaxBackoff = 5 * time.Minute
+
+// Backoff is how long a run waits, after counted attempt n ended, before it
+// starts attempt n+1: base, doubled for every attempt after the first (10 s,
+// 20 s, 40 s … with the default base), at most MaxBackoff. A counted
+// failure is the agent's or the phone's; retrying at once tends to meet the
+// same screen in the same state.
+func Backoff(n int32, base time.Duration) time.Duration {
+	d := base
+	for i := int32(1); i < n && d < MaxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, MaxBackoff)
 }

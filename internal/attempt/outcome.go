@@ -2,6 +2,7 @@ package attempt
 
 import (
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -28,20 +29,29 @@ type Outcome struct {
 	Explanation string
 	// Mismatch is set when the termination message and the exit code disagreed.
 	Mismatch bool
-	// Evict is set when the pod will not end by itself (lost node, stuck
-	// pending) and must be deleted outright.
+	// Evict is set when the pod will not end by itself (never started, a
+	// configuration error, a node gone) and must be deleted.
 	Evict bool
 }
 
 // World is what the classifier needs to know beyond the pod.
 type World struct {
 	Now time.Time
-	// NodeLost is true when the pod's node is gone or has not been Ready for too long.
-	NodeLost bool
+	// NodeGone is true when the pod's node object was deleted or an operator
+	// marked it out of service (the node.kubernetes.io/out-of-service taint):
+	// nothing of the pod runs any more, or ever will report.
+	NodeGone bool
+	// NodeUnreachable is true while the pod's node is not Ready: its kubelet
+	// cannot report, so a pod it may have started counts as alive.
+	NodeUnreachable bool
 	// Cancelling is true when the run asked for the stop (spec.cancel or a deadline).
 	Cancelling bool
 	// StartupTimeout bounds how long a pod may stay Pending before it counts as never started.
 	StartupTimeout time.Duration
+	// ConfigErrorGrace is how long a pod may show a configuration error (a
+	// missing Secret, an image that does not exist) before the run fails: a
+	// Secret created a moment after the run still counts.
+	ConfigErrorGrace time.Duration
 }
 
 // waitingReasons are container waiting reasons that mean the pod cannot start.
@@ -58,13 +68,15 @@ var infraPodReasons = map[string]bool{
 }
 
 // Classify decides whether an attempt pod has ended and how. It returns false
-// while the pod is still running or terminating on a live node.
+// while the pod may still be running: on a live node, while it terminates,
+// and on a node that cannot report — a pod counts as alive until its node
+// says it ended, the node is deleted, or it is marked out of service.
 func Classify(pod *corev1.Pod, w World) (Outcome, bool) {
 	terminal := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 	if !terminal {
 		switch {
-		case w.NodeLost && pod.Spec.NodeName != "":
-			return infra(fmt.Sprintf("node %s was lost while the attempt ran", pod.Spec.NodeName), true), true
+		case w.NodeGone && pod.Spec.NodeName != "":
+			return infra(fmt.Sprintf("node %s is gone (deleted or marked out of service) with the attempt on it", pod.Spec.NodeName), true), true
 		case pod.DeletionTimestamp != nil:
 			if pod.Status.Phase == corev1.PodPending && pod.Spec.NodeName == "" {
 				if w.Cancelling {
@@ -73,11 +85,18 @@ func Classify(pod *corev1.Pod, w World) (Outcome, bool) {
 				return infra("the pod was deleted before it was scheduled", true), true
 			}
 			return Outcome{}, false // terminating: wait for the container to stop
+		case w.NodeUnreachable && pod.Spec.NodeName != "":
+			return Outcome{}, false // its kubelet may have started it and cannot say so
 		case pod.Status.Phase == corev1.PodPending || pod.Status.Phase == "":
-			if reason := waitingReason(pod); reason != "" && w.Now.Sub(pod.CreationTimestamp.Time) > w.StartupTimeout {
+			age := w.Now.Sub(pod.CreationTimestamp.Time)
+			if reason, msg := configError(pod); reason != "" && age >= w.ConfigErrorGrace {
+				return Outcome{Class: farmv1.OutcomeInvalidConfig, Sentinel: string(contract.Fail), Evict: true,
+					Explanation: fmt.Sprintf("the loop container cannot start (%s): %s", reason, msg)}, true
+			}
+			if reason := waitingReason(pod); reason != "" && age > w.StartupTimeout {
 				return infra(fmt.Sprintf("the loop container never started (%s)", reason), true), true
 			}
-			if w.StartupTimeout > 0 && w.Now.Sub(pod.CreationTimestamp.Time) > w.StartupTimeout && !anyStarted(pod) {
+			if w.StartupTimeout > 0 && age > w.StartupTimeout && !anyStarted(pod) {
 				return infra(fmt.Sprintf("the pod did not start within %s", w.StartupTimeout), true), true
 			}
 		}
@@ -270,4 +289,35 @@ func clip(s string, n int) string {
 		cut--
 	}
 	return s[:cut] + "…"
+}
+
+// definitivePull are the words in an image pull error that no retry fixes.
+var definitivePull = []string{"not found", "manifest unknown", "repository does not exist", "pull access denied",
+	"unauthorized", "authentication required", "forbidden", "denied", "invalid reference format"}
+
+// configError returns the waiting reason and the kubelet's message when the
+// loop container cannot start for a reason only a change of the run's
+// configuration can fix: a Secret or ConfigMap it names does not exist, or an
+// image that cannot exist or cannot be pulled with these credentials. A pull
+// that failed for another reason (the registry is down) is not one: it is
+// retried, and the startup timeout bounds it.
+func configError(pod *corev1.Pod) (reason, message string) {
+	for _, cs := range pod.Status.ContainerStatuses {
+		wt := cs.State.Waiting
+		if wt == nil {
+			continue
+		}
+		switch wt.Reason {
+		case "InvalidImageName", "CreateContainerConfigError":
+			return wt.Reason, wt.Message
+		case "ErrImagePull", "ImagePullBackOff":
+			low := strings.ToLower(wt.Message)
+			for _, w := range definitivePull {
+				if strings.Contains(low, w) {
+					return wt.Reason, wt.Message
+				}
+			}
+		}
+	}
+	return "", ""
 }

@@ -93,8 +93,11 @@ func TestClassifyRunningAndStuckPending(t *testing.T) {
 	if _, done := Classify(running, World{Now: now}); done {
 		t.Fatal("a running pod is not ended")
 	}
-	if o, done := Classify(running, World{Now: now, NodeLost: true}); !done || o.Class != farmv1.OutcomeInfrastructure || !o.Evict {
-		t.Fatalf("a pod on a lost node is a free retry to evict: %+v", o)
+	if _, done := Classify(running, World{Now: now, NodeUnreachable: true}); done {
+		t.Fatal("a pod on a node that cannot report may still run: it is not ended")
+	}
+	if o, done := Classify(running, World{Now: now, NodeGone: true}); !done || o.Class != farmv1.OutcomeInfrastructure || !o.Evict {
+		t.Fatalf("a pod on a node that is gone is a free retry to evict: %+v", o)
 	}
 	old := metav1.NewTime(now.Add(-10 * time.Minute))
 	pulling := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: old}, Status: corev1.PodStatus{Phase: corev1.PodPending,
@@ -174,5 +177,77 @@ func TestAttemptLimitCountsTheEndedPod(t *testing.T) {
 				t.Errorf("status.attempt = %d after recording attempt %d", run.Status.Attempt, tc.rec)
 			}
 		})
+	}
+}
+
+// A pod that never reported a start on a node that cannot report is not
+// "never started": its kubelet may have started it. A bound pod Pending
+// past the startup timeout is replaced only when its node is Ready.
+func TestPendingPodOnAnUnreachableNodeCountsAsAlive(t *testing.T) {
+	now := time.Now()
+	pending := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(now.Add(-10 * time.Minute))},
+		Spec: corev1.PodSpec{NodeName: "n"}, Status: corev1.PodStatus{Phase: corev1.PodPending}}
+	if o, done := Classify(pending, World{Now: now, StartupTimeout: 5 * time.Minute, NodeUnreachable: true}); done {
+		t.Fatalf("a Pending pod on an unreachable node was ended: %+v", o)
+	}
+	if o, done := Classify(pending, World{Now: now, StartupTimeout: 5 * time.Minute}); !done || o.Class != farmv1.OutcomeInfrastructure {
+		t.Fatalf("a Pending pod on a Ready node past the startup timeout is a free retry: %+v", o)
+	}
+	deleting := pending.DeepCopy()
+	deleting.DeletionTimestamp = &metav1.Time{Time: now}
+	if _, done := Classify(deleting, World{Now: now, StartupTimeout: 5 * time.Minute}); done {
+		t.Fatal("a bound pod being deleted is alive until its kubelet confirms")
+	}
+}
+
+// Configuration errors end the run fast with the kubelet's own words; a pull
+// that failed for a reason a retry can fix does not.
+func TestConfigErrorsFailFast(t *testing.T) {
+	now := time.Now()
+	waiting := func(age time.Duration, reason, msg string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(now.Add(-age))},
+			Spec: corev1.PodSpec{NodeName: "n"}, Status: corev1.PodStatus{Phase: corev1.PodPending,
+				ContainerStatuses: []corev1.ContainerStatus{{Name: ContainerName, State: corev1.ContainerState{
+					Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: msg}}}}}}
+	}
+	w := World{Now: now, StartupTimeout: 5 * time.Minute, ConfigErrorGrace: 30 * time.Second}
+	for _, tc := range []struct {
+		name, reason, msg string
+		age               time.Duration
+		config, ended     bool
+	}{
+		{"missing Secret", "CreateContainerConfigError", `secret "model-key" not found`, time.Minute, true, true},
+		{"missing Secret, within the grace", "CreateContainerConfigError", `secret "model-key" not found`, 10 * time.Second, false, false},
+		{"bad image name", "InvalidImageName", `couldn't parse image name "loop:@@"`, time.Minute, true, true},
+		{"image not found", "ErrImagePull", `failed to pull image "r/loop:v9": r/loop:v9: not found`, time.Minute, true, true},
+		{"back-off on a denied pull", "ImagePullBackOff", `Back-off pulling image "r/loop": pull access denied, repository does not exist or may require authorization`, time.Minute, true, true},
+		{"registry down, within the startup timeout", "ErrImagePull", `dial tcp 10.0.0.1:5000: connect: connection refused`, time.Minute, false, false},
+		{"registry down, past the startup timeout", "ImagePullBackOff", `Back-off pulling image "r/loop"`, 6 * time.Minute, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, done := Classify(waiting(tc.age, tc.reason, tc.msg), w)
+			if done != tc.ended {
+				t.Fatalf("ended = %v, want %v (%+v)", done, tc.ended, o)
+			}
+			if !done {
+				return
+			}
+			if got := o.Class == farmv1.OutcomeInvalidConfig; got != tc.config {
+				t.Fatalf("class %s, want InvalidConfig %v: %s", o.Class, tc.config, o.Explanation)
+			}
+			if tc.config && (!strings.Contains(o.Explanation, tc.msg) || !strings.Contains(o.Explanation, tc.reason) || !o.Evict || o.Counted) {
+				t.Fatalf("a configuration error says the kubelet's reason and message, is not counted, and its pod goes: %+v", o)
+			}
+		})
+	}
+}
+
+func TestBackoffDoublesToItsCap(t *testing.T) {
+	base := 10 * time.Second
+	for n, want := range map[int32]time.Duration{1: 10 * time.Second, 2: 20 * time.Second, 3: 40 * time.Second,
+		5: 160 * time.Second, 6: MaxBackoff, 50: MaxBackoff} {
+		if got := Backoff(n, base); got != want {
+			t.Errorf("Backoff(%d, %s) = %s, want %s", n, base, got, want)
+		}
 	}
 }
