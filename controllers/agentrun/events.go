@@ -89,3 +89,13 @@ func (r recorder) agentJob(run *farmv1.AgentRun, op, id, cronJob string, err err
 func (r recorder) stopping(run *farmv1.AgentRun, pod, why string) {
 	r.normal(run, nil, farmv1.EventStoppingAttempt, "DeletePod", "stopping pod %s: %s", pod, why)
 }
+
+func (r recorder) followUpRenamed(run *farmv1.AgentRun, planned, name string) {
+	r.warning(run, nil, farmv1.EventFollowUpRenamed, "ScheduleFollowUp",
+		"AgentRun %s was made for another run named %s (an earlier run of this name); this run's follow-up is %s",
+		planned, run.Name, name)
+}
+
+func (r recorder) followUpCancelled(run *farmv1.AgentRun, why string) {
+	r.normal(run, nil, farmv1.EventFollowUpCancelled, "CancelFollowUp", "%s", why)
+}

@@ -131,9 +131,7 @@ func (s *step) followUpName(ctx context.Context, next followup.Next) (name strin
 		case apierrors.IsNotFound(err):
 			if name != planned {
 				fu.Run = name
-				s.ev.warning(s.run, nil, farmv1.EventFollowUpRenamed, "ScheduleFollowUp",
-					"AgentRun %s was made for another run named %s (an earlier run of this name); this run's follow-up is %s",
-					planned, s.run.Name, name)
+				s.ev.followUpRenamed(s.run, planned, name)
 			}
 			return name, false, nil
 		case err != nil:
@@ -231,7 +229,7 @@ func (s *step) dropFollowUp(ctx context.Context, cause *stopCause) error {
 		}
 	}
 	if conditions.False(&s.run.Status.Conditions, s.run.Generation, farmv1.ConditionFollowUpScheduled, cause.reason, msg) {
-		s.ev.normal(s.run, nil, farmv1.EventFollowUpCancelled, "CancelFollowUp", "%s", msg)
+		s.ev.followUpCancelled(s.run, msg)
 	}
 	return nil
 }
