@@ -79,7 +79,7 @@ func startManager() (context.CancelFunc, chan struct{}) {
 		Config: agentrun.Config{
 			Loop:           attempt.Defaults{Image: "loop:test", ServiceAccountName: "clawfarm-loop"},
 			FollowUp:       followup.JobDefaults{Image: "manager:test", ServiceAccountName: "clawfarm-followup"},
-			StartupTimeout: 3 * time.Second, NodeLostGrace: time.Second, AttemptBackoff: 2 * time.Second, RigNotReadyGrace: 3 * time.Second, MaxConcurrentReconciles: 4,
+			StartupTimeout: 3 * time.Second, NodeLostGrace: time.Second, AttemptBackoff: 2 * time.Second, RigNotReadyGrace: 3 * time.Second, ConfigErrorGrace: time.Second, MaxConcurrentReconciles: 4,
 		},
 	}).SetupWithManager(mgr); err != nil {
 		panic(err)

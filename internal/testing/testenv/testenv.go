@@ -108,7 +108,15 @@ func (e *Env) Namespace(t *testing.T) string {
 	t.Helper()
 	nsSeq.Lock()
 	nsSeq.n++
-	name := fmt.Sprintf("t%d-%s", nsSeq.n, strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")))
+	name := fmt.Sprintf("t%d-%s", nsSeq.n, strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
+			return r
+		case r >= 'A' && r <= 'Z':
+			return r - 'A' + 'a'
+		}
+		return '-'
+	}, t.Name()))
 	nsSeq.Unlock()
 	if len(name) > 50 {
 		name = strings.TrimRight(name[:50], "-")
