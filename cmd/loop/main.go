@@ -91,8 +91,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err == nil {
 		defer closeState()
 		files, err = wire(&ec, dir, cfg, logf)
-		defer files.Close()
 		if err == nil {
+			defer files.Close()
 			em = events.NewEmitter(io.MultiWriter(stdout, files.trace), red, nil)
 		}
 	}

@@ -95,8 +95,7 @@ func followUpPaths(t *testing.T) map[string]func() []string {
 				res := strings.ToLower(strings.TrimSuffix(gvk.Kind, "List")) + "s"
 				calls = append(calls, gvk.Group+"/"+res+":"+verb)
 			}
-			var c client.Client
-			c = fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).WithStatusSubresource(&farmv1.AgentRun{}).
+			c := fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).WithStatusSubresource(&farmv1.AgentRun{}).
 				WithInterceptorFuncs(interceptor.Funcs{
 					Get: func(ctx context.Context, w client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 						note(obj, "get")

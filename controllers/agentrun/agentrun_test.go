@@ -328,12 +328,12 @@ func TestUnreachableNodeKeepsItsAttemptUntilMarkedGone(t *testing.T) {
 	})
 	setNodeReady(t, rig.Spec.NodeName, false)
 	// Past the suite's NodeLostGrace (1 s) the status says so, and nothing else happens.
-	run := waitRun(t, ns, "lost", func(r *farmv1.AgentRun) bool {
+	waitRun(t, ns, "lost", func(r *farmv1.AgentRun) bool {
 		c := condition(r, farmv1.ConditionSucceeded)
 		return c != nil && strings.Contains(c.Message, "has not reported")
 	})
 	time.Sleep(2 * time.Second)
-	run = getRun(t, ns, "lost")
+	run := getRun(t, ns, "lost")
 	if len(run.Status.Attempts) != 0 || run.Status.Phase != farmv1.RunRunning || len(podsOf(t, ns, "lost")) != 1 {
 		t.Fatalf("a pod on an unreachable node was given up: phase %s, attempts %+v, pods %d", run.Status.Phase, run.Status.Attempts, len(podsOf(t, ns, "lost")))
 	}
@@ -390,9 +390,9 @@ func TestManagerRestartLosesNothingAndCountsOnce(t *testing.T) {
 		return len(p) == 1 && p[0].Status.Phase == corev1.PodSucceeded
 	})
 	stopMgr, mgrDone = startManager()
-	run := waitPhase(t, ns, "restart", farmv1.RunSucceeded)
+	waitPhase(t, ns, "restart", farmv1.RunSucceeded)
 	time.Sleep(time.Second) // let any duplicate reconcile happen
-	run = getRun(t, ns, "restart")
+	run := getRun(t, ns, "restart")
 	if len(run.Status.Attempts) != 1 || run.Status.Usage == nil || run.Status.Usage.PromptTokens != 1000 {
 		t.Fatalf("outcome recorded more than once or lost: attempts %+v usage %+v", run.Status.Attempts, run.Status.Usage)
 	}

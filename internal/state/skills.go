@@ -88,7 +88,7 @@ func readSkill(file string) (Skill, error) {
 		}
 	}
 	if s.Name == "" || s.Description == "" {
-		return Skill{}, fmt.Errorf("skill %s: the front matter needs both name: and description:", file)
+		return Skill{}, fmt.Errorf("skill %s: the front matter needs both a name and a description field", file)
 	}
 	return s, nil
 }

@@ -18,7 +18,6 @@ import (
 var (
 	errBusy              = errors.New("busy, retry: the rig is running another gesture; wait for it to finish, then retry")
 	errNotSetUp          = errors.New("hardware not set up: the arm, camera or calibration is missing; run /setup to connect and calibrate")
-	errCameraCapture     = errors.New("camera capture failed")
 	errScreenshotTimeout = errors.New("screenshot upload timed out — check the iOS Shortcut (the phone bridge is not answering)")
 )
 

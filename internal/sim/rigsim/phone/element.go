@@ -83,7 +83,6 @@ func rightAligned(label string, right, y float64, scale int) Element {
 }
 
 func (e Element) onTap(f func(p *Phone)) Element       { e.Tap = f; return e }
-func (e Element) onLongPress(f func(p *Phone)) Element { e.LongPress = f; return e }
 func (e Element) color(c string) Element               { e.Style.Color = c; return e }
 func (e Element) filled(c string) Element              { e.Style.Color = c; e.Style.Filled = true; return e }
 func (e Element) pinned() Element                      { e.fixed = true; return e }
