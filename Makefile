@@ -78,6 +78,10 @@ test-race: k8s helm ## Run the concurrent packages under the race detector.
 bench-operator: k8s ## Operator benchmark: 200 rigs, 1,000 runs on envtest.
 	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh --print) $(GO) test -tags bench -v -run '^TestBenchOperator$$' -count=1 -timeout 30m ./test/bench/
 
+.PHONY: chaos
+chaos: k8s ## Chaos benchmark: 100 rigs, 500 runs, managers SIGKILLed, nodes cut off; every safety figure must be 0.
+	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh --print) CHAOS=full $(GO) test -v -run '^TestChaos$$' -count=1 -timeout 60m ./test/chaos/
+
 .PHONY: bench-engine
 bench-engine: ## Engine benchmark: a 300-turn scripted session.
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 30m ./internal/engine/...

@@ -49,6 +49,8 @@ type managerFlags struct {
 	metricsAddr, probeAddr        *string
 	leaderElect                   *bool
 	leaderNamespace               *string
+	leaseDuration, renewDeadline  *time.Duration
+	retryPeriod                   *time.Duration
 	loopImage, loopSA, pullPolicy *string
 	managerImage, followupSA      *string
 	startupTimeout, nodeLostGrace *time.Duration
@@ -66,6 +68,9 @@ func newManagerFlags() *managerFlags {
 		probeAddr:       fs.String("health-probe-bind-address", ":8081", "address the health probes bind to"),
 		leaderElect:     fs.Bool("leader-elect", false, "enable leader election (use it with more than one replica)"),
 		leaderNamespace: fs.String("leader-election-namespace", "", "namespace of the leader-election Lease (default: the pod's)"),
+		leaseDuration:   fs.Duration("leader-elect-lease-duration", 15*time.Second, "how long a standby waits, after the leader stops renewing, before it takes over"),
+		renewDeadline:   fs.Duration("leader-elect-renew-deadline", 10*time.Second, "how long the leader keeps trying to renew before it gives up leading"),
+		retryPeriod:     fs.Duration("leader-elect-retry-period", 2*time.Second, "how often leader-election clients try to acquire or renew"),
 		loopImage:       fs.String("loop-image", "ghcr.io/clawfarm/loop:latest", "default image of loop pods"),
 		loopSA:          fs.String("loop-service-account", "clawfarm-loop", "default service account of loop pods (needs patch on agentruns/status)"),
 		pullPolicy:      fs.String("image-pull-policy", "IfNotPresent", "image pull policy of loop pods and follow-up Jobs"),
@@ -101,6 +106,9 @@ func runManager(args []string) int {
 		LeaderElection:          *f.leaderElect,
 		LeaderElectionID:        "clawfarm-manager.farm.clawfarm.dev",
 		LeaderElectionNamespace: *f.leaderNamespace,
+		LeaseDuration:           f.leaseDuration,
+		RenewDeadline:           f.renewDeadline,
+		RetryPeriod:             f.retryPeriod,
 	})
 	if err != nil {
 		log.Error(err, "cannot create the manager")

@@ -68,6 +68,16 @@ func Start(crdDir string) (*Env, error) {
 	return e, nil
 }
 
+// Kubeconfig provisions an administrator (system:masters) named name and
+// returns a kubeconfig for it, for processes the test starts.
+func (e *Env) Kubeconfig(name string) ([]byte, error) {
+	u, err := e.env.AddUser(envtest.User{Name: name, Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("add user %s: %w", name, err)
+	}
+	return u.KubeConfig()
+}
+
 // Stop stops the health route, the API server and etcd.
 func (e *Env) Stop() {
 	e.health.Close()

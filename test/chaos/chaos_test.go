@@ -1,0 +1,579 @@
+// Package chaos runs the operator under a real kubelet's faults and checks
+// its promises: one session per phone, an attempt counted once, a follow-up
+// only when the run still wants it, nothing lost and nothing left held.
+//
+// It runs on envtest rather than the dev cluster: the faults it needs — a
+// node that stops reporting while its processes run on, a force-deleted
+// pod whose process outlives it, a pod stuck Terminating, hundreds of rigs —
+// are the fake kubelet's to make on demand, and its ledger of real processes
+// is the ground truth for "two sessions on one phone". The managers are real
+// processes (bin/manager, built by the test), two replicas with leader
+// election, killed with SIGKILL and restarted. A stand-in for the CronJob
+// controller fires WAIT follow-ups at their minute the way their Job would
+// (followup.Create, in-process).
+//
+// `make test` runs the short version (CHAOS unset, about 3 minutes);
+// `make chaos` the full one (CHAOS=full). Both print their figures and fail
+// unless every safety figure is 0.
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/internal/contract"
+	"github.com/clawfarm/clawfarm/internal/followup"
+	"github.com/clawfarm/clawfarm/internal/testing/fakekubelet"
+	"github.com/clawfarm/clawfarm/internal/testing/testenv"
+)
+
+// scale is one size of the benchmark.
+type scale struct {
+	rigs, runs                 int
+	killEvery                  time.Duration
+	partitionEvery             time.Duration
+	partitionMin, partitionMax time.Duration
+	stuckTerminating           time.Duration
+	deadline                   time.Duration
+}
+
+var (
+	short = scale{rigs: 12, runs: 48, killEvery: 10 * time.Second, partitionEvery: 15 * time.Second,
+		partitionMin: 10 * time.Second, partitionMax: 25 * time.Second, stuckTerminating: 20 * time.Second, deadline: 8 * time.Minute}
+	full = scale{rigs: 100, runs: 500, killEvery: 10 * time.Second, partitionEvery: 30 * time.Second,
+		partitionMin: 2 * time.Minute, partitionMax: 6 * time.Minute, stuckTerminating: 2 * time.Minute, deadline: 45 * time.Minute}
+)
+
+const ns = "farm"
+
+func TestChaos(t *testing.T) {
+	sc := short
+	if os.Getenv("CHAOS") == "full" {
+		sc = full
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	env, err := testenv.Start(filepath.Join("..", "..", "config", "crd", "bases"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Stop()
+	c := env.Client
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range sc.rigs {
+		makeRig(t, env, i)
+	}
+
+	h := &harness{t: t, c: c, sc: sc, rng: rand.New(rand.NewPCG(1, 2)), cancelled: map[string]bool{}}
+	h.kubelet = &fakekubelet.Kubelet{Client: c, Script: h.script, Observe: h.observe, Workers: 16}
+	go h.kubelet.Run(ctx)
+	managers := startManagers(t, env)
+	defer managers.stop()
+
+	start := time.Now()
+	for i := range sc.runs {
+		if err := c.Create(ctx, h.newRun(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	go h.firePinnedCronJobs(ctx)
+	go h.cancelSome(ctx)
+	go h.partitionNodes(ctx)
+	go managers.killEvery(ctx, sc.killEvery)
+
+	finished := h.waitAllFinished(ctx, start.Add(sc.deadline))
+	wall := time.Since(start)
+	cancel()
+	managers.stop()
+	h.managerKills = managers.kills
+	h.report(wall, finished)
+}
+
+// harness holds the benchmark's decisions: how each pod ends, which runs
+// are cancelled, which pods a "user" deletes.
+type harness struct {
+	t       *testing.T
+	c       client.Client
+	sc      scale
+	kubelet *fakekubelet.Kubelet
+
+	mu           sync.Mutex
+	rng          *rand.Rand
+	cancelled    map[string]bool // runs the benchmark cancelled
+	userKills    int
+	partitions   int
+	managerKills int // set once the managers are stopped
+}
+
+func (h *harness) intn(n int) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.rng.IntN(n)
+}
+
+// newRun is run i: its name says its scripted story (done, fail, stuck,
+// wait, idle), on a round-robin rig.
+func (h *harness) newRun(i int) *farmv1.AgentRun {
+	story := []string{"done", "fail", "stuck", "wait", "idle", "done", "wait", "done", "stuck", "done"}[i%10]
+	return &farmv1.AgentRun{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("%s-%03d", story, i)},
+		Spec: farmv1.AgentRunSpec{
+			RigRef:   &farmv1.RigReference{Name: rigName(i % h.sc.rigs)},
+			Trigger:  "chaos",
+			Model:    farmv1.ModelSpec{Provider: "openai-compatible", Name: "sim/chaos", BaseURL: "http://127.0.0.1:1/v1"},
+			Limits:   farmv1.RunLimits{MaxAttempts: 2},
+			FollowUp: farmv1.FollowUpPolicy{MaxChain: ptr.To[int32](1), DefaultDelayMinutes: 1},
+		},
+	}
+}
+
+// script ends a pod by its run's story; a few pods are stuck Terminating
+// once deleted, and follow-ups end DONE.
+func (h *harness) script(pod *corev1.Pod) fakekubelet.Ending {
+	run := pod.Labels[farmv1.LabelRun]
+	after := time.Duration(1000+h.intn(3000)) * time.Millisecond
+	var e fakekubelet.Ending
+	switch story, _, _ := strings.Cut(run, "-"); {
+	case pod.Labels[farmv1.LabelParent] != "" || strings.Contains(run, "-f"):
+		e = ending(contract.Done, after)
+	case story == "fail":
+		e = ending(contract.Fail, after)
+	case story == "stuck" && pod.Labels[farmv1.LabelAttempt] == "1":
+		e = ending(contract.Stuck, after)
+	case story == "wait":
+		e = ending(contract.Wait, after)
+	case story == "idle":
+		e = ending(contract.Idle, after)
+	default:
+		e = ending(contract.Done, after)
+	}
+	switch {
+	case strings.HasSuffix(run, "7"): // one run in ten: its pods are deaf once deleted
+		e.StuckTerminating = h.sc.stuckTerminating
+	case strings.HasSuffix(run, "3"), strings.HasSuffix(run, "5"), strings.HasSuffix(run, "9"):
+		// Slow to stop, as a loop that finishes its step first: SIGTERM
+		// does not end it, SIGKILL at the end of the grace period does.
+		e.IgnoreSIGTERM = true
+	}
+	return e
+}
+
+func ending(s contract.Sentinel, after time.Duration) fakekubelet.Ending {
+	m := contract.TerminationMessage{Sentinel: s, Retryable: true, Recap: "chaos " + string(s), ExitReason: contract.ReasonEndTurn, Turns: 3}
+	b, _ := m.Encode()
+	return fakekubelet.Ending{After: after, ExitCode: int32(m.ExitCode()), Message: string(b)}
+}
+
+// observe is called once per pod: 5% of pods are force-deleted by a "user"
+// while they run, and the pods of stuck-terminating runs are deleted gracefully.
+func (h *harness) observe(pod *corev1.Pod) {
+	force := h.intn(100) < 5
+	graceful := strings.HasSuffix(pod.Labels[farmv1.LabelRun], "7") && h.intn(2) == 0
+	if !force && !graceful {
+		return
+	}
+	p := pod.DeepCopy()
+	go func() {
+		time.Sleep(time.Duration(300+h.intn(700)) * time.Millisecond)
+		var opts []client.DeleteOption
+		if force {
+			opts = append(opts, client.GracePeriodSeconds(0))
+		}
+		if err := h.c.Delete(context.Background(), p, opts...); err == nil {
+			h.mu.Lock()
+			h.userKills++
+			h.mu.Unlock()
+		}
+	}()
+}
+
+// cancelSome cancels 10% of the runs at random moments; half of those are
+// WAIT runs cancelled once they are Waiting.
+func (h *harness) cancelSome(ctx context.Context) {
+	var picks []string
+	for i := 0; i < h.sc.runs; i += 10 {
+		picks = append(picks, h.newRun(i+h.intn(10)%10).Name)
+	}
+	for _, name := range picks {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Duration(h.intn(4000)) * time.Millisecond):
+		}
+		var run farmv1.AgentRun
+		if err := h.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &run); err != nil || run.Status.Phase.Finished() {
+			continue
+		}
+		if strings.HasPrefix(name, "wait") && run.Status.Phase != farmv1.RunWaiting {
+			go h.cancelWhenWaiting(ctx, name)
+			continue
+		}
+		h.cancel(ctx, name)
+	}
+}
+
+func (h *harness) cancelWhenWaiting(ctx context.Context, name string) {
+	for ctx.Err() == nil {
+		var run farmv1.AgentRun
+		if err := h.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &run); err == nil {
+			if run.Status.Phase == farmv1.RunWaiting {
+				h.cancel(ctx, name)
+				return
+			}
+			if run.Status.Phase.Finished() {
+				return
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func (h *harness) cancel(ctx context.Context, name string) {
+	patch := client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"cancel":true}}`))
+	run := &farmv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	if err := h.c.Patch(ctx, run, patch); err == nil {
+		h.mu.Lock()
+		h.cancelled[name] = true
+		h.mu.Unlock()
+	}
+}
+
+// partitionNodes cuts a random node off every partitionEvery, for a random
+// while, its processes running on.
+func (h *harness) partitionNodes(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(h.sc.partitionEvery):
+		}
+		node := h.busyNode()
+		d := h.sc.partitionMin + time.Duration(h.intn(int(h.sc.partitionMax-h.sc.partitionMin)+1))
+		if err := h.kubelet.PartitionNode(ctx, node, 0); err != nil {
+			continue
+		}
+		h.mu.Lock()
+		h.partitions++
+		h.mu.Unlock()
+		go func() {
+			select {
+			case <-ctx.Done():
+			case <-time.After(d):
+			}
+			_ = h.kubelet.HealNode(context.Background(), node)
+		}()
+	}
+}
+
+// busyNode is a node with a session running on it (a random node when
+// none is): the partitions that matter are those that cut a session off.
+func (h *harness) busyNode() string {
+	var busy []string
+	for _, ivs := range h.kubelet.Ledger() {
+		if n := len(ivs); n > 0 && ivs[n-1].End.IsZero() {
+			busy = append(busy, ivs[n-1].Node)
+		}
+	}
+	sort.Strings(busy)
+	if len(busy) == 0 {
+		return nodeName(h.intn(h.sc.rigs))
+	}
+	return busy[h.intn(len(busy))]
+}
+
+// firePinnedCronJobs stands in for the CronJob controller and the Job it
+// would start: a follow-up CronJob whose pinned minute has come is carried
+// out by `manager followup`'s own code, once per scheduled minute.
+func (h *harness) firePinnedCronJobs(ctx context.Context) {
+	fired := map[string]bool{}
+	for ctx.Err() == nil {
+		time.Sleep(time.Second)
+		var cjs batchv1.CronJobList
+		if err := h.c.List(ctx, &cjs, client.InNamespace(ns), client.MatchingLabels{farmv1.LabelKind: "followup"}); err != nil {
+			continue
+		}
+		for _, cj := range cjs.Items {
+			due, ok := pinnedTime(cj.Spec.Schedule, time.Now())
+			if !ok || time.Now().Before(due) {
+				continue
+			}
+			job := fmt.Sprintf("%s-%d", cj.Name, due.Unix()/60)
+			if fired[job] {
+				continue
+			}
+			fired[job] = true
+			req, err := followup.DecodeRequest(envOf(cj, followup.EnvRequest))
+			if err != nil {
+				h.t.Errorf("CronJob %s carries no follow-up request: %v", cj.Name, err)
+				continue
+			}
+			_, _ = followup.Create(ctx, h.c, req, job)
+		}
+	}
+}
+
+// pinnedTime reads a pinned schedule "M H D Mon *" as this year's time (UTC).
+func pinnedTime(schedule string, now time.Time) (time.Time, bool) {
+	var mi, hr, d, mo int
+	if _, err := fmt.Sscanf(schedule, "%d %d %d %d *", &mi, &hr, &d, &mo); err != nil {
+		return time.Time{}, false
+	}
+	return time.Date(now.UTC().Year(), time.Month(mo), d, hr, mi, 0, 0, time.UTC), true
+}
+
+func envOf(cj batchv1.CronJob, name string) string {
+	for _, c := range cj.Spec.JobTemplate.Spec.Template.Spec.Containers {
+		for _, e := range c.Env {
+			if e.Name == name {
+				return e.Value
+			}
+		}
+	}
+	return ""
+}
+
+// waitAllFinished waits until every run is in a final phase and no follow-up
+// is pending, or the deadline; it returns the runs as they ended.
+func (h *harness) waitAllFinished(ctx context.Context, deadline time.Time) []farmv1.AgentRun {
+	var runs farmv1.AgentRunList
+	for time.Now().Before(deadline) {
+		time.Sleep(2 * time.Second)
+		if err := h.c.List(ctx, &runs, client.InNamespace(ns)); err != nil {
+			continue
+		}
+		var cjs batchv1.CronJobList
+		_ = h.c.List(ctx, &cjs, client.InNamespace(ns), client.MatchingLabels{farmv1.LabelKind: "followup"})
+		if len(cjs.Items) == 0 && !slices.ContainsFunc(runs.Items, func(r farmv1.AgentRun) bool { return !r.Status.Phase.Finished() }) {
+			break
+		}
+	}
+	return runs.Items
+}
+
+// report prints the figures and fails unless every safety figure is 0.
+func (h *harness) report(wall time.Duration, runs []farmv1.AgentRun) {
+	t := h.t
+	byName := map[string]*farmv1.AgentRun{}
+	for i := range runs {
+		byName[runs[i].Name] = &runs[i]
+	}
+	var lost, countedTwice, beyondMax, orphanFollowUps, lostFollowUps []string
+	for i := range runs {
+		r := &runs[i]
+		if !r.Status.Phase.Finished() {
+			lost = append(lost, fmt.Sprintf("%s (%s)", r.Name, r.Status.Phase))
+		}
+		seen := map[string]bool{}
+		counted := 0
+		for _, a := range r.Status.Attempts {
+			if seen[a.Pod] {
+				countedTwice = append(countedTwice, r.Name+"/"+a.Pod)
+			}
+			seen[a.Pod] = true
+			if a.Counted {
+				counted++
+			}
+		}
+		if counted > int(r.Spec.Limits.MaxAttempts) || r.Status.Attempt > r.Spec.Limits.MaxAttempts {
+			beyondMax = append(beyondMax, fmt.Sprintf("%s (%d counted, attempt %d)", r.Name, counted, r.Status.Attempt))
+		}
+		if p := r.Labels[farmv1.LabelParent]; p != "" {
+			parent := byName[p]
+			if (parent == nil || parent.Status.Phase == farmv1.RunCancelled) && r.Status.Phase != farmv1.RunCancelled {
+				orphanFollowUps = append(orphanFollowUps, r.Name)
+			}
+		}
+		if r.Status.Sentinel == string(contract.Wait) && r.Status.Phase != farmv1.RunCancelled && r.Labels[farmv1.LabelParent] == "" {
+			if fu := r.Status.FollowUp; fu == nil || fu.Run == "" || byName[fu.Run] == nil {
+				lostFollowUps = append(lostFollowUps, r.Name)
+			}
+		}
+	}
+	var leases coordinationv1.LeaseList
+	if err := h.c.List(context.Background(), &leases, client.InNamespace(ns), client.HasLabels{farmv1.LabelRunUID}); err != nil {
+		t.Fatal(err)
+	}
+	var held []string
+	for _, l := range leases.Items {
+		held = append(held, l.Name)
+	}
+	double := h.kubelet.Violations()
+	created := map[string]time.Time{}
+	for i := range runs {
+		created[runs[i].Name] = runs[i].CreationTimestamp.Time
+	}
+	gaps := rigFreeToNextPod(h.kubelet.Ledger(), created)
+	h.mu.Lock()
+	cancels, kills, partitions := len(h.cancelled), h.userKills, h.partitions
+	h.mu.Unlock()
+
+	fmt.Printf("\nclawfarm chaos: %d rigs, %d runs (+%d follow-ups), %d cancelled, %d pods deleted by a user,\n"+
+		"  %d manager SIGKILLs (every %s), %d node partitions (every %s, %s–%s each)\n",
+		h.sc.rigs, h.sc.runs, len(runs)-h.sc.runs, cancels, kills, h.managerKills, h.sc.killEvery,
+		partitions, h.sc.partitionEvery, h.sc.partitionMin, h.sc.partitionMax)
+	figure := func(name string, bad []string) {
+		fmt.Printf("  %-44s %d", name, len(bad))
+		if len(bad) > 0 {
+			fmt.Printf("   %s", strings.Join(bad[:min(len(bad), 5)], ", "))
+			t.Errorf("%s: %d (%s)", name, len(bad), strings.Join(bad, ", "))
+		}
+		fmt.Println()
+	}
+	figure("double sessions (the kubelet's process ledger)", double)
+	figure("lost runs (never finished)", lost)
+	figure("attempts recorded twice", countedTwice)
+	figure("attempts beyond maxAttempts", beyondMax)
+	figure("follow-ups of cancelled or deleted parents", orphanFollowUps)
+	figure("follow-ups lost (a WAIT with no child)", lostFollowUps)
+	figure("Leases held at the end", held)
+	fmt.Printf("  %-44s %.1f s\n", "wall time", wall.Seconds())
+	fmt.Printf("  %-44s %.1f\n", "runs per minute", float64(len(runs))/wall.Minutes())
+	if len(gaps) > 0 {
+		fmt.Printf("  %-44s p50 %.2f s   p99 %.2f s   (%d hand-overs)\n", "rig free → next pod", pct(gaps, 50).Seconds(), pct(gaps, 99).Seconds(), len(gaps))
+	}
+}
+
+// rigFreeToNextPod is, for every rig, the time from one process's end to
+// the next one's start, when the next one's run already existed as the rig
+// came free (a follow-up created a minute later is not a slow hand-over).
+func rigFreeToNextPod(ledger map[string][]fakekubelet.Interval, created map[string]time.Time) []time.Duration {
+	var out []time.Duration
+	for _, ivs := range ledger {
+		for i := 1; i < len(ivs); i++ {
+			prev, next := ivs[i-1], ivs[i]
+			_, pod, _ := strings.Cut(next.Pod, "/")
+			run := pod[:strings.LastIndex(pod, "-a")]
+			if c, ok := created[run]; !prev.End.IsZero() && ok && !c.After(prev.End) {
+				out = append(out, next.Start.Sub(prev.End))
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+func pct(sorted []time.Duration, p int) time.Duration {
+	return sorted[min(len(sorted)-1, len(sorted)*p/100)]
+}
+
+func rigName(i int) string  { return fmt.Sprintf("rig-%03d", i) }
+func nodeName(i int) string { return "node-" + rigName(i) }
+
+func makeRig(t *testing.T, env *testenv.Env, i int) {
+	t.Helper()
+	node := env.MakeNode(t, nodeName(i))
+	rig := &farmv1.DeviceRig{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: rigName(i)},
+		Spec: farmv1.DeviceRigSpec{NodeName: node, Endpoint: farmv1.RigEndpoint{
+			URL:       env.Health.URL + "/rigs/" + rigName(i) + "/mcp",
+			HealthURL: env.Health.URL + "/rigs/" + rigName(i) + "/api/status",
+		}},
+	}
+	if err := env.Client.Create(context.Background(), rig); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// replicas are the manager processes.
+type replicas struct {
+	t      *testing.T
+	bin    string
+	env    []string
+	mu     sync.Mutex
+	procs  [2]*exec.Cmd
+	kills  int
+	logDir string
+}
+
+// startManagers builds bin/manager and starts two replicas with leader
+// election, short leases so a SIGKILLed leader is replaced within seconds.
+func startManagers(t *testing.T, env *testenv.Env) *replicas {
+	t.Helper()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "manager")
+	build := exec.Command("go", "build", "-o", bin, "../../cmd/manager")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the manager: %v\n%s", err, out)
+	}
+	kc, err := env.Kubeconfig("chaos-manager")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kcPath := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kcPath, kc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := &replicas{t: t, bin: bin, env: append(os.Environ(), "KUBECONFIG="+kcPath), logDir: dir}
+	for i := range r.procs {
+		r.start(i)
+	}
+	return r
+}
+
+func (r *replicas) start(i int) {
+	log, err := os.OpenFile(filepath.Join(r.logDir, fmt.Sprintf("manager-%d.log", i)), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	cmd := exec.Command(r.bin, "--leader-elect", "--leader-election-namespace=default",
+		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=1s",
+		"--metrics-bind-address=0", "--health-probe-bind-address=0",
+		"--pod-startup-timeout=30s", "--node-lost-grace=5s", "--attempt-backoff=1s", "--rig-not-ready-grace=20s",
+		"--rig-probe-interval=2s", "--agentrun-workers=8", "--zap-log-level=error")
+	cmd.Env, cmd.Stdout, cmd.Stderr = r.env, log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		r.t.Fatalf("start manager %d: %v", i, err)
+	}
+	r.procs[i] = cmd
+	go func() { _ = cmd.Wait(); log.Close() }()
+}
+
+// killEvery SIGKILLs the replicas in turn and starts each again at once.
+func (r *replicas) killEvery(ctx context.Context, every time.Duration) {
+	for i := 0; ; i++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every):
+		}
+		r.mu.Lock()
+		if p := r.procs[i%2]; p != nil && p.Process != nil {
+			_ = p.Process.Signal(syscall.SIGKILL)
+			r.kills++
+		}
+		r.start(i % 2)
+		r.mu.Unlock()
+	}
+}
+
+func (r *replicas) stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range r.procs {
+		if p != nil && p.Process != nil {
+			_ = p.Process.Signal(syscall.SIGKILL)
+		}
+	}
+}
