@@ -82,10 +82,10 @@ func rightAligned(label string, right, y float64, scale int) Element {
 	return e
 }
 
-func (e Element) onTap(f func(p *Phone)) Element       { e.Tap = f; return e }
-func (e Element) color(c string) Element               { e.Style.Color = c; return e }
-func (e Element) filled(c string) Element              { e.Style.Color = c; e.Style.Filled = true; return e }
-func (e Element) pinned() Element                      { e.fixed = true; return e }
+func (e Element) onTap(f func(p *Phone)) Element { e.Tap = f; return e }
+func (e Element) color(c string) Element         { e.Style.Color = c; return e }
+func (e Element) filled(c string) Element        { e.Style.Color = c; e.Style.Filled = true; return e }
+func (e Element) pinned() Element                { e.fixed = true; return e }
 
 // rowTarget is an undrawn touch target across a whole table row.
 func rowTarget(y float64, f func(p *Phone)) Element {
