@@ -116,6 +116,10 @@ func TestUnreadyRigHoldsItsQueue(t *testing.T) {
 	makeRig(t, ns, "rig", nil)
 	health.Set(ns+"-rig", false)
 	waitRig(t, ns, "rig", func(r *farmv1.DeviceRig) bool { return r.Status.Phase == farmv1.RigNotReady })
+	// The test reads the API server; the manager reads its cache, which may
+	// still show the rig Ready for a moment (under the race detector, a long
+	// one). The rule under test is the queue's, not the cache's lag.
+	time.Sleep(time.Second)
 	create(t, newRun(ns, "patient", "rig"))
 	queued := waitPhase(t, ns, "patient", farmv1.RunQueued)
 	if c := condition(queued, farmv1.ConditionRigLeased); c.Reason != farmv1.ReasonRigNotReady {
