@@ -57,22 +57,7 @@ func (s *step) advance(ctx context.Context) (then, error) {
 		st.Attempt, _ = podAttempt(s.live[len(s.live)-1])
 		st.Phase = farmv1.RunRunning
 		st.NextAttemptTime = nil
-		msg := fmt.Sprintf("attempt %d is running on rig %s", st.Attempt, s.heldRig)
-		if p := s.live[len(s.live)-1]; p.DeletionTimestamp != nil && s.now.After(p.DeletionTimestamp.Add(time.Minute)) {
-			// Past its grace period and a minute more, and its kubelet has not
-			// confirmed the end: the phone may still be driven, so it stays held.
-			msg = fmt.Sprintf("pod %s has been terminating since %s and its node has not confirmed it ended; the rig stays held until it does "+
-				"(if the node is gone for good, `kubectl delete node %s` or taint it %s=nodeshutdown:NoExecute)",
-				p.Name, p.DeletionTimestamp.UTC().Format(time.RFC3339), p.Spec.NodeName, corev1.TaintNodeOutOfService)
-		} else if p.DeletionTimestamp != nil {
-			s.wake(p.DeletionTimestamp.Add(time.Minute + time.Second))
-		}
-		if s.unreachable != "" {
-			msg = fmt.Sprintf("attempt %d on rig %s may still be running: %s. It counts as alive, and the rig stays held, "+
-				"until the node reports again; if the node is gone for good, `kubectl delete node` it or taint it %s=nodeshutdown:NoExecute",
-				st.Attempt, s.heldRig, s.unreachable, corev1.TaintNodeOutOfService)
-		}
-		conditions.Unknown(&st.Conditions, gen, farmv1.ConditionSucceeded, farmv1.ReasonRunning, msg)
+		conditions.Unknown(&st.Conditions, gen, farmv1.ConditionSucceeded, farmv1.ReasonRunning, s.runningMessage(s.live[len(s.live)-1]))
 		return writeNow, nil
 	}
 	if p := s.rig.Status.Phase; p == farmv1.RigOffline || p == farmv1.RigNotReady {
@@ -107,6 +92,31 @@ func (s *step) advance(ctx context.Context) (then, error) {
 		return writeNow, nil
 	}
 	return s.startAttempt(ctx, leasedNow)
+}
+
+// runningMessage says how the run's newest live pod stands: running, or — on
+// a node that has not reported, or terminating a minute past its grace with
+// no word from its kubelet — alive as far as anyone can tell, its rig held,
+// and what an operator does when the node is gone for good.
+func (s *step) runningMessage(pod *corev1.Pod) string {
+	st := &s.run.Status
+	goneForGood := fmt.Sprintf("if node %s is gone for good, `kubectl delete node` it or taint it %s=nodeshutdown:NoExecute",
+		pod.Spec.NodeName, corev1.TaintNodeOutOfService)
+	terminating := false
+	if t := pod.DeletionTimestamp; t != nil {
+		if terminating = s.now.After(t.Add(time.Minute)); !terminating {
+			s.wake(t.Add(time.Minute + time.Second))
+		}
+	}
+	switch {
+	case s.unreachable != "":
+		return fmt.Sprintf("attempt %d on rig %s may still be running: %s. It counts as alive, and the rig stays held, "+
+			"until the node reports again; %s", st.Attempt, s.heldRig, s.unreachable, goneForGood)
+	case terminating:
+		return fmt.Sprintf("pod %s has been terminating since %s and its node has not confirmed it ended; the rig stays held until it does (%s)",
+			pod.Name, pod.DeletionTimestamp.UTC().Format(time.RFC3339), goneForGood)
+	}
+	return fmt.Sprintf("attempt %d is running on rig %s", st.Attempt, s.heldRig)
 }
 
 // startAttempt creates the next attempt pod on the held rig. leasedNow says
