@@ -26,6 +26,7 @@ import (
 	"github.com/clawfarm/clawfarm/controllers/agentrun"
 	"github.com/clawfarm/clawfarm/controllers/devicerig"
 	"github.com/clawfarm/clawfarm/internal/attempt"
+	"github.com/clawfarm/clawfarm/internal/conditions"
 	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/followup"
 	"github.com/clawfarm/clawfarm/internal/testing/fakekubelet"
@@ -233,7 +234,7 @@ func leaseHolder(t *testing.T, ns, rig string) string {
 }
 
 func condition(run *farmv1.AgentRun, typ string) *metav1.Condition {
-	return testenv.Condition(run.Status.Conditions, typ)
+	return conditions.Get(run.Status.Conditions, typ)
 }
 
 func podsOf(t *testing.T, ns, run string) []corev1.Pod {

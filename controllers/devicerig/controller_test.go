@@ -14,12 +14,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/internal/conditions"
 	"github.com/clawfarm/clawfarm/internal/lease"
 	"github.com/clawfarm/clawfarm/internal/testing/testenv"
 )
 
 func rigCondition(r *farmv1.DeviceRig, typ string) *metav1.Condition {
-	return testenv.Condition(r.Status.Conditions, typ)
+	return conditions.Get(r.Status.Conditions, typ)
 }
 
 // The DeviceRig controller's status follows the node, the health route and the Lease.

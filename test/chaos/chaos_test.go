@@ -213,7 +213,7 @@ func (h *harness) observe(pod *corev1.Pod) {
 func (h *harness) cancelSome(ctx context.Context) {
 	var picks []string
 	for i := 0; i < h.sc.runs; i += 10 {
-		picks = append(picks, h.newRun(i+h.intn(10)%10).Name)
+		picks = append(picks, h.newRun(i+h.intn(10)).Name)
 	}
 	for _, name := range picks {
 		select {

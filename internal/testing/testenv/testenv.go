@@ -212,16 +212,6 @@ func Eventually(t *testing.T, what string, cond func() bool) {
 	t.Fatalf("timed out waiting for %s", what)
 }
 
-// Condition returns the condition of type typ, or nil.
-func Condition(conds []metav1.Condition, typ string) *metav1.Condition {
-	for i := range conds {
-		if conds[i].Type == typ {
-			return &conds[i]
-		}
-	}
-	return nil
-}
-
 // MetricValue reads one sample (counter, gauge, or a histogram's sample
 // count) by name and label pairs; a missing sample fails the test, except for
 // a counter vector, which shows a label set only once it has counted.
