@@ -268,7 +268,7 @@ func (h *harness) partitionNodes(ctx context.Context) {
 			return
 		case <-time.After(h.sc.partitionEvery):
 		}
-		node := h.busyNode()
+		node := h.someNode()
 		d := h.sc.partitionMin + time.Duration(h.intn(int(h.sc.partitionMax-h.sc.partitionMin)+1))
 		if err := h.kubelet.PartitionNode(ctx, node, 0); err != nil {
 			continue
@@ -286,9 +286,12 @@ func (h *harness) partitionNodes(ctx context.Context) {
 	}
 }
 
-// busyNode is a node with a session running on it (a random node when
-// none is): the partitions that matter are those that cut a session off.
-func (h *harness) busyNode() string {
+// someNode picks the node to cut off: while many sessions run, one with a
+// session running on it (the partitions that matter are those that cut a
+// session off); once few do, any node at random, as the real world picks —
+// always picking the last busy nodes would cut off the last runs again and
+// again and the benchmark would measure its own aim, not the operator.
+func (h *harness) someNode() string {
 	var busy []string
 	for _, ivs := range h.kubelet.Ledger() {
 		if n := len(ivs); n > 0 && ivs[n-1].End.IsZero() {
@@ -296,7 +299,7 @@ func (h *harness) busyNode() string {
 		}
 	}
 	sort.Strings(busy)
-	if len(busy) == 0 {
+	if len(busy) < h.sc.rigs/4 {
 		return nodeName(h.intn(h.sc.rigs))
 	}
 	return busy[h.intn(len(busy))]
@@ -357,6 +360,7 @@ func envOf(cj batchv1.CronJob, name string) string {
 // is pending, or the deadline; it returns the runs as they ended.
 func (h *harness) waitAllFinished(ctx context.Context, deadline time.Time) []farmv1.AgentRun {
 	var runs farmv1.AgentRunList
+	start, lastProgress := time.Now(), time.Now()
 	for time.Now().Before(deadline) {
 		time.Sleep(2 * time.Second)
 		if err := h.c.List(ctx, &runs, client.InNamespace(ns)); err != nil {
@@ -367,8 +371,46 @@ func (h *harness) waitAllFinished(ctx context.Context, deadline time.Time) []far
 		if len(cjs.Items) == 0 && !slices.ContainsFunc(runs.Items, func(r farmv1.AgentRun) bool { return !r.Status.Phase.Finished() }) {
 			break
 		}
+		if time.Since(lastProgress) >= time.Minute {
+			lastProgress = time.Now()
+			h.progress(time.Since(start), runs.Items, len(cjs.Items))
+		}
 	}
 	return runs.Items
+}
+
+// progress prints one line of where the runs stand, so a long benchmark
+// that is slow to end shows what it is waiting for.
+func (h *harness) progress(elapsed time.Duration, runs []farmv1.AgentRun, pendingFollowUps int) {
+	phases := map[farmv1.RunPhase]int{}
+	for _, r := range runs {
+		phases[r.Status.Phase]++
+	}
+	var parts []string
+	for p, n := range phases {
+		if p == "" {
+			p = "(new)"
+		}
+		parts = append(parts, fmt.Sprintf("%s %d", p, n))
+	}
+	sort.Strings(parts)
+	fmt.Printf("chaos %4.0f s: %d runs: %s; %d follow-ups pending; %d nodes cut off now\n",
+		elapsed.Seconds(), len(runs), strings.Join(parts, ", "), pendingFollowUps, h.kubelet.PartitionedNodes())
+	var left []string
+	for _, r := range runs {
+		if !r.Status.Phase.Finished() {
+			var why []string
+			for _, c := range r.Status.Conditions {
+				why = append(why, fmt.Sprintf("%s=%s %s: %s", c.Type, c.Status, c.Reason, c.Message))
+			}
+			left = append(left, fmt.Sprintf("%s on %s: %s, attempt %d [%s]", r.Name, r.Spec.RigRef.Name, r.Status.Phase, r.Status.Attempt, strings.Join(why, "; ")))
+		}
+	}
+	if len(left) <= 5 {
+		for _, l := range left {
+			fmt.Println("  still", l)
+		}
+	}
 }
 
 // report prints the figures and fails unless every safety figure is 0.

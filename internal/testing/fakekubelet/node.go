@@ -141,3 +141,11 @@ func (k *Kubelet) setReady(ctx context.Context, node string, status corev1.Condi
 	}
 	return nil
 }
+
+// PartitionedNodes is how many nodes are cut off now.
+func (k *Kubelet) PartitionedNodes() int {
+	k.init()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.cuts)
+}
