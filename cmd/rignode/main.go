@@ -30,6 +30,11 @@ import (
 )
 
 func main() {
+	// `rignode shim <spec>` is the supervisor rignode starts for each
+	// container process (docs/rignode.md, "Shims").
+	if len(os.Args) > 1 && os.Args[1] == "shim" {
+		os.Exit(rignode.RunShim(os.Args[2:]))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:])
 	stop()
@@ -58,6 +63,8 @@ func run(ctx context.Context, args []string) int {
 	tlsKey := fs.String("tls-private-key-file", "", "key of --tls-cert-file")
 	clientCA := fs.String("client-ca-file", "", "require kubelet API clients to present a certificate signed by this CA (kube-apiserver's kubelet client CA)")
 	anonymous := fs.Bool("anonymous-auth", false, "serve the kubelet API (logs) to anyone who can reach it: loopback dev clusters only")
+	logMaxSize := fs.String("container-log-max-size", "10Mi", "size at which a container's log file is rotated (the kubelet's containerLogMaxSize)")
+	logMaxFiles := fs.Int("container-log-max-files", 5, "log files kept per container run, the current one included (the kubelet's containerLogMaxFiles; at least 2)")
 	verbose := fs.Bool("v", false, "debug logging")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -111,6 +118,13 @@ func run(ctx context.Context, args []string) int {
 	if *nodeName == "" {
 		return fail(2, "--node-name is empty")
 	}
+	maxSize, err := resource.ParseQuantity(*logMaxSize)
+	if err != nil || maxSize.Value() <= 0 {
+		return fail(2, "--container-log-max-size %q is not a positive quantity", *logMaxSize)
+	}
+	if *logMaxFiles < 2 {
+		return fail(2, "--container-log-max-files %d: keep at least 2 (the current file and one rotated)", *logMaxFiles)
+	}
 
 	if *kubeconfig != "" {
 		// virtual-kubelet builds a default client from $KUBECONFIG before it
@@ -146,6 +160,7 @@ func run(ctx context.Context, args []string) int {
 		Provider: rignode.Config{
 			NodeName: *nodeName, NodeIP: *nodeIP, Images: images, RootDir: *rootDir,
 			APIServer: podServer, APIServerCA: ca,
+			LogMaxSize: maxSize.Value(), LogMaxFiles: *logMaxFiles,
 			Logf: func(f string, a ...any) { logger.Info(fmt.Sprintf(f, a...)) },
 		},
 		Client: client, Port: int32(*port), ListenAddress: *address,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -15,7 +16,21 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/clawfarm/clawfarm/internal/rignode"
 )
+
+// The test binary runs rignode in-process, so it is also the shim rignode
+// starts; it also plays rignode and a pod's program (restart_test.go).
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "shim" {
+		os.Exit(rignode.RunShim(os.Args[2:]))
+	}
+	if code, ok := testMain(); ok {
+		os.Exit(code)
+	}
+	os.Exit(m.Run())
+}
 
 func TestBadFlagsExitTwo(t *testing.T) {
 	for _, args := range [][]string{

@@ -1,8 +1,8 @@
 package rignode
 
 import (
+	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,15 +28,13 @@ type container struct {
 	termFile string
 	imageID  string
 
-	runs  int // how many times the process started
-	state corev1.ContainerState
-	last  corev1.ContainerState
-	final bool // will not run again
-	proc  *exec.Cmd
-	logs  *logWriter
-	pipe  *os.File
-	drain chan struct{}
-	id    string
+	runs    int // how many times the process started
+	state   corev1.ContainerState
+	last    corev1.ContainerState
+	final   bool      // will not run again
+	proc    *shimmed  // the running process; nil when none runs
+	pending *shimExit // how an adopted run ended while no rignode watched it
+	id      string
 }
 
 func (r *podRun) newContainer(spec *corev1.Container, init bool, vs *volumeSet, kubeconfig string) (*container, error) {
@@ -195,49 +193,89 @@ func (c *container) logPath(run int) string {
 	return filepath.Join(c.dir, strconv.Itoa(run)+".log")
 }
 
+// file is one of the shim's files for the n-th run (see shim.go).
+func (c *container) file(run int, kind string) string {
+	return filepath.Join(c.dir, strconv.Itoa(run)+"."+kind)
+}
+
 func (c *container) started() bool { return c.runs > 0 }
 
-// start launches the process in its own process group. Called with the pod's mutex held.
-func (c *container) start() error {
+// shimStartTimeout bounds how long rignode waits for a shim to report its
+// process started (or could not).
+const shimStartTimeout = 10 * time.Second
+
+// start runs the next run of the container under a shim (shim.go) and waits
+// until the process runs. Called with the pod's mutex held.
+func (c *container) start(cfg *Config) error {
 	if err := os.WriteFile(c.termFile, nil, 0o666); err != nil {
 		return fmt.Errorf("termination message file: %w", err)
 	}
-	logs, err := newLogWriter(c.logPath(c.runs + 1))
-	if err != nil {
-		return fmt.Errorf("log file: %w", err)
-	}
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		_ = logs.Close()
-		return err
-	}
-	cmd := exec.Command(c.argv[0], c.argv[1:]...)
-	cmd.Env, cmd.Dir = c.env, c.workDir
-	cmd.Stdout, cmd.Stderr = pw, pw
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if c.state.Terminated != nil {
 		c.last = c.state
 	}
 	c.runs++
-	if err := cmd.Start(); err != nil {
-		_ = pw.Close()
-		_ = pr.Close()
-		_ = logs.Close()
-		return err
+	n := c.runs
+	spec := shimSpec{
+		Argv: c.argv, Env: c.env, Dir: c.workDir,
+		Log: c.logPath(n), LogMaxSize: cfg.LogMaxSize, LogMaxFiles: cfg.LogMaxFiles,
+		TermFile: c.termFile, State: c.file(n, "state"), Exit: c.file(n, "exit"),
 	}
-	_ = pw.Close()
-	c.drain = make(chan struct{})
-	go func(done chan struct{}) {
-		defer close(done)
-		_, _ = io.Copy(logs, pr)
-		_ = pr.Close()
-		_ = logs.Close()
-	}(c.drain)
-	c.proc, c.logs, c.pipe = cmd, logs, pr
-	c.id = fmt.Sprintf("rignode://%d", cmd.Process.Pid)
-	_ = os.WriteFile(filepath.Join(c.dir, "pid"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644)
-	c.state = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}
+	specFile := c.file(n, "spec")
+	if err := writeJSON(specFile, spec); err != nil {
+		return fmt.Errorf("shim spec: %w", err)
+	}
+	shimLog, err := os.Create(c.file(n, "shim.log"))
+	if err != nil {
+		return fmt.Errorf("shim log: %w", err)
+	}
+	defer func() { _ = shimLog.Close() }()
+	cmd := exec.Command(cfg.ShimCommand[0], append(cfg.ShimCommand[1:], specFile)...)
+	cmd.Stdout, cmd.Stderr, cmd.Dir = shimLog, shimLog, c.dir
+	// A session of its own: no signal to rignode's group or terminal reaches it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start the shim %s: %w", cfg.ShimCommand[0], err)
+	}
+	reaped := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(reaped) }()
+	sh := &shimmed{stateFile: spec.State, exitFile: spec.Exit, reaped: reaped}
+	deadline := time.Now().Add(shimStartTimeout)
+	for {
+		gone := false
+		select {
+		case <-reaped:
+			gone = true
+		default:
+		}
+		if err := readJSON(spec.State, &sh.state); err == nil {
+			break
+		}
+		if e, ok := sh.exit(); ok {
+			if e.StartError != "" {
+				return errors.New(e.StartError)
+			}
+			sh.state.StartedAt = e.StartedAt // ran and ended, its state file unwritten
+			break
+		}
+		if gone {
+			b, _ := os.ReadFile(c.file(n, "shim.log"))
+			return fmt.Errorf("the shim ended before the process started: %s", strings.TrimSpace(string(b)))
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			return fmt.Errorf("the shim did not start the process within %s", shimStartTimeout)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	c.running(sh)
 	return nil
+}
+
+// running records sh as the container's running process.
+func (c *container) running(sh *shimmed) {
+	c.proc = sh
+	c.id = fmt.Sprintf("rignode://%d", sh.state.PID)
+	c.state = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(sh.state.StartedAt)}}
 }
 
 // startFailed records a process that could not start (exit 128, StartError, as the kubelet reports it).
@@ -251,63 +289,29 @@ func (c *container) startFailed(err error) {
 	}}
 }
 
-type exitResult struct {
-	code   int32
-	signal int32
-	at     time.Time
-}
-
-// wait waits for the process, kills what is left of its group and drains its output.
-func (c *container) wait() exitResult {
-	cmd := c.proc
-	_ = cmd.Wait()
-	res := exitResult{at: time.Now()}
-	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
-	switch {
-	case ws.Signaled():
-		res.signal = int32(ws.Signal())
-		res.code = 128 + res.signal
-	default:
-		res.code = int32(cmd.ProcessState.ExitCode())
-	}
-	killGroup(cmd.Process.Pid, true)
-	select {
-	case <-c.drain:
-	case <-time.After(2 * time.Second):
-		_ = c.pipe.Close()
-		<-c.drain
-	}
-	return res
-}
-
 // exited records how the process ended. Called with the pod's mutex held.
-func (c *container) exited(res exitResult) {
-	reason := "Completed"
-	if res.code != 0 {
-		reason = "Error"
-	}
-	started := metav1.Now()
-	if c.state.Running != nil {
-		started = c.state.Running.StartedAt
-	}
-	c.state = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
-		ExitCode: res.code, Signal: res.signal, Reason: reason, Message: c.terminationMessage(res.code),
-		StartedAt: started, FinishedAt: metav1.NewTime(res.at), ContainerID: c.id,
-	}}
+func (c *container) exited(res shimExit) {
+	c.state = corev1.ContainerState{Terminated: c.terminated(res)}
 	c.proc = nil
-	_ = os.Remove(filepath.Join(c.dir, "pid"))
 }
 
-func (c *container) terminationMessage(code int32) string {
-	b, _ := os.ReadFile(c.termFile)
-	if len(b) > maxTerminationMessage {
-		b = b[:maxTerminationMessage]
+func (c *container) terminated(res shimExit) *corev1.ContainerStateTerminated {
+	t := &corev1.ContainerStateTerminated{
+		ExitCode: res.Code, Signal: res.Signal, Reason: "Completed", Message: res.Message,
+		StartedAt: metav1.NewTime(res.StartedAt), FinishedAt: metav1.NewTime(res.FinishedAt), ContainerID: c.id,
 	}
-	msg := string(b)
-	if msg == "" && code != 0 && c.spec.TerminationMessagePolicy == corev1.TerminationMessageFallbackToLogsOnError {
-		msg = tailText(c.logPath(c.runs), fallbackLogLines, fallbackLogBytes)
+	switch {
+	case res.StartError != "":
+		t.Reason, t.Message = "StartError", res.StartError
+	case res.lost != "":
+		t.Reason, t.Message = "ContainerStatusUnknown", res.lost
+	case res.Code != 0:
+		t.Reason = "Error"
+		if t.Message == "" && c.spec.TerminationMessagePolicy == corev1.TerminationMessageFallbackToLogsOnError {
+			t.Message = tailText(c.logPath(c.runs), fallbackLogLines, fallbackLogBytes)
+		}
 	}
-	return msg
+	return t
 }
 
 func (c *container) waiting(reason, message string) {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -16,20 +17,32 @@ import (
 // A container's log is a file of lines "<RFC3339Nano timestamp> <line>", one
 // file per run of the container, so `kubectl logs --timestamps/--since/--previous` work.
 
-// logWriter stamps each complete line a process writes and appends it to the log file.
+// logWriter stamps each complete line a process writes and appends it to the
+// log file. Past maxSize bytes the file is rotated as a kubelet rotates
+// container logs: <log> becomes <log>.1, <log>.1 becomes <log>.2…, and at
+// most maxFiles files (the current one included) are kept.
 type logWriter struct {
-	mu   sync.Mutex
-	f    *os.File
-	part []byte
-	now  func() time.Time
+	mu       sync.Mutex
+	path     string
+	f        *os.File
+	size     int64
+	maxSize  int64 // 0: never rotate
+	maxFiles int
+	part     []byte
+	now      func() time.Time
 }
 
-func newLogWriter(path string) (*logWriter, error) {
+func newLogWriter(path string, maxSize int64, maxFiles int) (*logWriter, error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
 	if err != nil {
 		return nil, err
 	}
-	return &logWriter{f: f, now: time.Now}, nil
+	st, err := f.Stat()
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return &logWriter{path: path, f: f, size: st.Size(), maxSize: maxSize, maxFiles: max(maxFiles, 2), now: time.Now}, nil
 }
 
 func (w *logWriter) Write(p []byte) (int, error) {
@@ -55,8 +68,49 @@ func (w *logWriter) line(b []byte) error {
 	buf.WriteByte(' ')
 	buf.Write(b)
 	buf.WriteByte('\n')
-	_, err := w.f.Write(buf.Bytes())
+	if w.maxSize > 0 && w.size > 0 && w.size+int64(buf.Len()) > w.maxSize {
+		if err := w.rotate(); err != nil {
+			return err
+		}
+	}
+	n, err := w.f.Write(buf.Bytes())
+	w.size += int64(n)
 	return err
+}
+
+// rotate shifts the rotated files up by one, dropping the oldest, and
+// starts an empty current file.
+func (w *logWriter) rotate() error {
+	if err := w.f.Close(); err != nil {
+		return err
+	}
+	_ = os.Remove(rotatedLog(w.path, w.maxFiles-1))
+	for i := w.maxFiles - 2; i >= 1; i-- {
+		_ = os.Rename(rotatedLog(w.path, i), rotatedLog(w.path, i+1))
+	}
+	if err := os.Rename(w.path, rotatedLog(w.path, 1)); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(w.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+	if err != nil {
+		return err
+	}
+	w.f, w.size = f, 0
+	return nil
+}
+
+func rotatedLog(path string, i int) string { return path + "." + strconv.Itoa(i) }
+
+// logFiles are the files of one run's log, oldest first: the rotated ones, then the current one.
+func logFiles(path string) []string {
+	var out []string
+	for i := 1; ; i++ {
+		if _, err := os.Stat(rotatedLog(path, i)); err != nil {
+			break
+		}
+		out = append([]string{rotatedLog(path, i)}, out...)
+	}
+	return append(out, path)
 }
 
 // Close flushes a last unterminated line and closes the file.
@@ -118,15 +172,10 @@ func tailText(path string, maxLines, maxBytes int) string {
 	return s
 }
 
-// streamLog writes the log at path to w as opts ask. With Follow it keeps
-// reading new lines until done() reports the container finished and the file
-// is drained, or ctx ends.
+// streamLog writes the log at path (with its rotated files) to w as opts
+// ask. With Follow it keeps reading new lines — across rotations — until
+// done() reports the container finished and the file is drained, or ctx ends.
 func streamLog(ctx context.Context, path string, opts api.ContainerLogOpts, done func() bool, w io.Writer) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = f.Close() }()
 	since := opts.SinceTime
 	if opts.SinceSeconds > 0 {
 		since = time.Now().Add(-time.Duration(opts.SinceSeconds) * time.Second)
@@ -148,18 +197,35 @@ func streamLog(ctx context.Context, path string, opts api.ContainerLogOpts, done
 		return err == nil && (opts.LimitBytes <= 0 || written < opts.LimitBytes)
 	}
 
-	r := bufio.NewReader(f)
-	// What is there now: honour Tail.
+	// What is there now, rotated files first: honour Tail.
 	var lines []logLine
+	var f *os.File
+	var r *bufio.Reader
 	var partial string
-	for {
-		s, err := r.ReadString('\n')
+	for _, name := range logFiles(path) {
+		file, err := os.Open(name)
 		if err != nil {
-			partial = s
-			break
+			if name == path {
+				return err
+			}
+			continue // rotated away meanwhile
 		}
-		lines = append(lines, parseLogLine(strings.TrimSuffix(s, "\n")))
+		br := bufio.NewReader(file)
+		for {
+			s, err := br.ReadString('\n')
+			if err != nil {
+				partial = s
+				break
+			}
+			lines = append(lines, parseLogLine(strings.TrimSuffix(s, "\n")))
+		}
+		if name == path {
+			f, r = file, br
+		} else {
+			_ = file.Close()
+		}
 	}
+	defer func() { _ = f.Close() }()
 	if opts.Tail > 0 && len(lines) > opts.Tail {
 		lines = lines[len(lines)-opts.Tail:]
 	}
@@ -184,6 +250,15 @@ func streamLog(ctx context.Context, path string, opts api.ContainerLogOpts, done
 			}
 			partial = ""
 		}
+		if rotated(f, path) {
+			// Everything up to the rotation has been read: go on in the new file.
+			next, err := os.Open(path)
+			if err == nil {
+				_ = f.Close()
+				f, r = next, bufio.NewReader(next)
+				continue
+			}
+		}
 		if finished {
 			return nil
 		}
@@ -193,4 +268,14 @@ func streamLog(ctx context.Context, path string, opts api.ContainerLogOpts, done
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// rotated reports whether path is no longer the file f has open.
+func rotated(f *os.File, path string) bool {
+	a, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	b, err := os.Stat(path)
+	return err == nil && !os.SameFile(a, b)
 }

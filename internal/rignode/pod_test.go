@@ -152,7 +152,7 @@ func TestDeleteSendsSIGTERMThenSIGKILLAfterGrace(t *testing.T) {
 	pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](2)
 	pod = create(t, pod)
 	waitPod(t, pod, 30*time.Second, "phase Running", phaseIs(corev1.PodRunning))
-	time.Sleep(300 * time.Millisecond) // let the helper install its handler
+	waitLog(t, pod, "ready") // the helper's SIGTERM handler is installed
 	start := time.Now()
 	if err := cs.CoreV1().Pods(pod.Namespace).Delete(context.Background(), pod.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -181,7 +181,7 @@ func TestDeleteEndsCooperativeProcessAtSIGTERM(t *testing.T) {
 	pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](30)
 	pod = create(t, pod)
 	waitPod(t, pod, 30*time.Second, "phase Running", phaseIs(corev1.PodRunning))
-	time.Sleep(300 * time.Millisecond)
+	waitLog(t, pod, "ready")
 	if err := cs.CoreV1().Pods(pod.Namespace).Delete(context.Background(), pod.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -7,8 +7,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -51,7 +49,11 @@ type podRun struct {
 	finished chan struct{} // closed when run returns
 	cancel   context.CancelFunc
 	timer    *time.Timer
-	orphaned string // message when the pod was started by an earlier rignode
+	orphaned string // message when the pod was started by an earlier rignode whose processes cannot be adopted
+	adopted  bool   // started by an earlier rignode; its processes are taken up (adopt.go)
+	// exclusive are the host paths (hostPath and host-backed claims, mounted
+	// read-write) that one pod at a time may use on this node (exclusive.go).
+	exclusive []string
 }
 
 func newPodRun(ctx context.Context, p *Provider, pod *corev1.Pod) (*podRun, error) {
@@ -62,14 +64,26 @@ func newPodRun(ctx context.Context, p *Provider, pod *corev1.Pod) (*podRun, erro
 		stop:     make(chan struct{}),
 		finished: make(chan struct{}),
 	}
-	if pod.Status.Phase == corev1.PodRunning || pod.Status.StartTime != nil {
-		// An earlier rignode started this pod; its processes cannot be adopted.
-		r.orphaned = fmt.Sprintf("rignode restarted while the pod ran on %s; its processes were stopped", p.cfg.NodeName)
-		r.killLeftovers()
+	// A pod with a start time was started by an earlier rignode: its
+	// processes are adopted from the files their shims keep.
+	adopting := pod.Status.StartTime != nil
+	if adopting && !exists(filepath.Join(r.dir, "containers")) {
+		r.orphaned = fmt.Sprintf("rignode restarted while the pod ran on %s and found none of its files under %s", p.cfg.NodeName, r.dir)
 		return r, nil
 	}
 	if err := os.MkdirAll(filepath.Join(r.dir, "containers"), 0o755); err != nil {
 		return nil, fmt.Errorf("pod directory: %w", err)
+	}
+	// fail gives up on the pod: a new one leaves nothing behind; one being
+	// adopted keeps its files, and its processes are stopped.
+	fail := func(err error) (*podRun, error) {
+		if !adopting {
+			_ = os.RemoveAll(r.dir)
+			return nil, err
+		}
+		r.orphaned = fmt.Sprintf("rignode restarted while the pod ran on %s and cannot take it up again: %v; its processes were stopped", p.cfg.NodeName, err)
+		r.killLeftovers()
+		return r, nil
 	}
 	vb := &volumeBuilder{client: p.cfg.Client, pod: pod, dir: filepath.Join(r.dir, "volumes")}
 	vs, err := vb.build(ctx)
@@ -84,32 +98,37 @@ func newPodRun(ctx context.Context, p *Provider, pod *corev1.Pod) (*podRun, erro
 		vs, err = vb.build(ctx)
 	}
 	if err != nil {
-		_ = os.RemoveAll(r.dir)
-		return nil, err
+		return fail(err)
 	}
 	kubeconfig := ""
 	if vs.tokenFile != "" && p.cfg.APIServer != "" {
 		kubeconfig = filepath.Join(r.dir, "kubeconfig")
 		if err := r.writeKubeconfig(kubeconfig, vs.tokenFile); err != nil {
-			_ = os.RemoveAll(r.dir)
-			return nil, err
+			return fail(err)
 		}
 	}
 	for i := range pod.Spec.InitContainers {
 		c, err := r.newContainer(&pod.Spec.InitContainers[i], true, vs, kubeconfig)
 		if err != nil {
-			_ = os.RemoveAll(r.dir)
-			return nil, err
+			return fail(err)
 		}
 		r.inits = append(r.inits, c)
 	}
 	for i := range pod.Spec.Containers {
 		c, err := r.newContainer(&pod.Spec.Containers[i], false, vs, kubeconfig)
 		if err != nil {
-			_ = os.RemoveAll(r.dir)
-			return nil, err
+			return fail(err)
 		}
 		r.regular = append(r.regular, c)
+	}
+	r.exclusive = exclusivePaths(pod, vs)
+	if adopting {
+		r.adopted = true
+		for _, c := range r.containers() {
+			c.adopt()
+		}
+	} else if err := writeJSON(filepath.Join(r.dir, podRecordFile), recordOf(pod, r.exclusive)); err != nil {
+		return fail(fmt.Errorf("pod record: %w", err))
 	}
 	tctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
@@ -156,11 +175,13 @@ func (r *podRun) run() {
 		r.publish()
 		return
 	}
-	st.Phase = corev1.PodPending
-	st.StartTime = &now
-	st.HostIP, st.PodIP = r.p.cfg.NodeIP, r.p.cfg.NodeIP
-	if ip := r.p.cfg.NodeIP; ip != "" {
-		st.HostIPs, st.PodIPs = []corev1.HostIP{{IP: ip}}, []corev1.PodIP{{IP: ip}}
+	if !r.adopted {
+		st.Phase = corev1.PodPending
+		st.StartTime = &now
+		st.HostIP, st.PodIP = r.p.cfg.NodeIP, r.p.cfg.NodeIP
+		if ip := r.p.cfg.NodeIP; ip != "" {
+			st.HostIPs, st.PodIPs = []corev1.HostIP{{IP: ip}}, []corev1.PodIP{{IP: ip}}
+		}
 	}
 	r.armDeadline()
 	r.refreshStatus()
@@ -221,33 +242,59 @@ func (r *podRun) runUntilDone(c *container) bool {
 	}
 }
 
-// runOnce starts c's process, waits for it and records how it ended.
+// runOnce starts c's process (or takes up the one an earlier rignode
+// started), waits for it and records how it ended.
 func (r *podRun) runOnce(c *container) int32 {
 	r.mu.Lock()
 	if r.stopping() {
 		r.mu.Unlock()
 		return 0
 	}
-	err := c.start()
-	if err != nil {
-		c.startFailed(err)
+	if e := c.pending; e != nil {
+		c.pending = nil
+		c.exited(*e)
 		r.refreshStatus()
 		r.mu.Unlock()
 		r.publish()
 		return c.exitCode()
 	}
-	r.refreshStatus()
+	sh := c.proc
 	r.mu.Unlock()
-	r.publish()
+	if sh == nil {
+		started, err := r.p.startExclusive(r, c)
+		if !started {
+			return 0
+		}
+		if err != nil {
+			return r.exitCodeOf(c)
+		}
+		sh = r.procOf(c)
+	}
 
-	res := c.wait()
+	res := sh.wait()
 
 	r.mu.Lock()
 	c.exited(res)
 	r.refreshStatus()
 	r.mu.Unlock()
 	r.publish()
+	return r.exitCodeOf(c)
+}
+
+func (r *podRun) exitCodeOf(c *container) int32 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	return c.exitCode()
+}
+
+func (r *podRun) procOf(c *container) *shimmed {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return c.proc
+}
+
+func (r *podRun) containers() []*container {
+	return append(append([]*container{}, r.inits...), r.regular...)
 }
 
 func (r *podRun) stopping() bool {
@@ -264,26 +311,26 @@ func (r *podRun) stopping() bool {
 func (r *podRun) terminate(grace time.Duration) {
 	r.stopOnce.Do(func() { close(r.stop) })
 	procs := r.running()
-	for _, pid := range procs {
-		killGroup(pid, grace == 0)
+	for _, sh := range procs {
+		sh.signal(grace == 0)
 	}
 	if grace > 0 && len(procs) > 0 {
 		time.AfterFunc(grace, func() {
-			for _, pid := range r.running() {
-				killGroup(pid, true)
+			for _, sh := range r.running() {
+				sh.signal(true)
 			}
 		})
 	}
 }
 
-// running lists the process group ids of the containers still running.
-func (r *podRun) running() []int {
+// running lists the containers' processes still running.
+func (r *podRun) running() []*shimmed {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []int
-	for _, c := range append(append([]*container{}, r.inits...), r.regular...) {
+	var out []*shimmed
+	for _, c := range r.containers() {
 		if c.proc != nil {
-			out = append(out, c.proc.Process.Pid)
+			out = append(out, c.proc)
 		}
 	}
 	return out
@@ -480,16 +527,18 @@ func (r *podRun) cleanup() {
 	}
 }
 
-// killLeftovers kills the process groups an earlier rignode left for this pod.
+// killLeftovers kills the processes an earlier rignode's shims still run
+// for this pod, and waits until they are gone.
 func (r *podRun) killLeftovers() {
-	files, _ := filepath.Glob(filepath.Join(r.dir, "containers", "*", "pid"))
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
+	states, _ := filepath.Glob(filepath.Join(r.dir, "containers", "*", "*.state"))
+	for _, f := range states {
+		sh := &shimmed{stateFile: f}
+		if readJSON(f, &sh.state) != nil {
 			continue
 		}
-		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 1 {
-			killGroup(pid, true)
+		for sh.alive() {
+			sh.signal(true)
+			time.Sleep(pollInterval)
 		}
 	}
 }

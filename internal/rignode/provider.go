@@ -46,6 +46,14 @@ type Config struct {
 	BaseEnv []string
 	// RestartBackoff is the first delay before a container restarts; it doubles up to MaxRestartBackoff.
 	RestartBackoff, MaxRestartBackoff time.Duration
+	// ShimCommand starts a container's shim (shim.go), the spec file appended
+	// (default: this program with the argument "shim").
+	ShimCommand []string
+	// LogMaxSize is the size at which a container's log is rotated (default
+	// 10 MiB; the kubelet's containerLogMaxSize); LogMaxFiles how many files
+	// of one run's log are kept, the current one included (default 5).
+	LogMaxSize  int64
+	LogMaxFiles int
 	// Logf logs rignode's own messages.
 	Logf func(format string, args ...any)
 }
@@ -57,7 +65,9 @@ type Provider struct {
 
 	mu     sync.Mutex
 	pods   map[string]*podRun // namespace/name → run
+	gone   map[string]*podRun // uid → run of a pod no longer in the API whose processes are being stopped
 	notify func(*corev1.Pod)
+	excl   sync.Mutex // see startExclusive
 }
 
 // NewProvider checks cfg and returns a provider.
@@ -96,7 +106,24 @@ func NewProvider(cfg Config) (*Provider, error) {
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
 	}
-	return &Provider{cfg: cfg, pods: map[string]*podRun{}}, nil
+	if len(cfg.ShimCommand) == 0 {
+		self, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("rignode: find its own program to run shims: %w", err)
+		}
+		cfg.ShimCommand = []string{self, "shim"}
+	}
+	if cfg.LogMaxSize == 0 {
+		cfg.LogMaxSize = 10 << 20
+	}
+	if cfg.LogMaxFiles == 0 {
+		cfg.LogMaxFiles = 5
+	}
+	p := &Provider{cfg: cfg, pods: map[string]*podRun{}, gone: map[string]*podRun{}}
+	if err := p.recover(context.Background()); err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 func podKey(namespace, name string) string { return namespace + "/" + name }
@@ -118,14 +145,27 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 		return err
 	}
 	p.mu.Lock()
-	if old, ok := p.pods[key]; ok {
+	if old, ok := p.pods[key]; ok && !old.ended() {
 		// A pod of the same name from before (another UID): finish it off.
-		go old.terminate(0)
+		p.gone[string(old.pod.UID)] = old
+		go p.retire(old)
 	}
 	p.pods[key] = r
 	p.mu.Unlock()
 	go r.run()
 	return nil
+}
+
+// retire stops a pod replaced by one of the same name and forgets it once
+// its processes are gone.
+func (p *Provider) retire(r *podRun) {
+	r.markDeleted()
+	r.terminate(deletionGrace(r.snapshot()))
+	<-r.finished
+	p.mu.Lock()
+	delete(p.gone, string(r.pod.UID))
+	p.mu.Unlock()
+	r.cleanup()
 }
 
 // UpdatePod takes the fields that may change on a running pod (activeDeadlineSeconds).
@@ -147,15 +187,8 @@ func (p *Provider) DeletePod(_ context.Context, pod *corev1.Pod) error {
 		return errdefs.NotFoundf("pod %s is not running on this node", key)
 	}
 	if !r.ended() {
-		grace := int64(30)
-		switch {
-		case pod.DeletionGracePeriodSeconds != nil:
-			grace = *pod.DeletionGracePeriodSeconds
-		case pod.Spec.TerminationGracePeriodSeconds != nil:
-			grace = *pod.Spec.TerminationGracePeriodSeconds
-		}
 		r.markDeleted()
-		r.terminate(time.Duration(grace) * time.Second)
+		r.terminate(deletionGrace(pod))
 		// The pod's status keeps flowing until the process is gone; the pod
 		// controller deletes the API object after the grace period.
 		if pod.DeletionTimestamp != nil {
@@ -212,7 +245,15 @@ func (p *Provider) GetPods(context.Context) ([]*corev1.Pod, error) {
 func (p *Provider) NotifyPods(_ context.Context, f func(*corev1.Pod)) {
 	p.mu.Lock()
 	p.notify = f
+	runs := make([]*podRun, 0, len(p.pods))
+	for _, r := range p.pods {
+		runs = append(runs, r)
+	}
 	p.mu.Unlock()
+	// Pods adopted before anyone listened: say how they stand now.
+	for _, r := range runs {
+		f(r.snapshot())
+	}
 }
 
 func (p *Provider) publish(pod *corev1.Pod) {

@@ -38,6 +38,10 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// The test binary is rignode here, so it is also the shim rignode starts.
+	if len(os.Args) > 1 && os.Args[1] == "shim" {
+		os.Exit(rignode.RunShim(os.Args[2:]))
+	}
 	if os.Getenv("RIGNODE_TEST_HELPER") == "1" {
 		os.Exit(helper(os.Args[1:]))
 	}
@@ -109,6 +113,7 @@ func freePort() int {
 //	env NAME...           write {NAME: value} of the named variables to $TERM_LOG
 //	cat FILE              write FILE's content to $TERM_LOG
 //	stubborn MARKER       note each SIGTERM in MARKER, ignore it, run until killed
+//	hold FILE SECS [stubborn] lock FILE for SECS (ignoring SIGTERM), "alone"; "overlap" if it is locked
 //	sleep                 run until SIGTERM, then exit 143
 //	lines N DELAY         print N numbered lines, DELAY apart, then exit 0
 //	count FILE            exit 1 the first time (FILE counts runs), 0 after
@@ -156,9 +161,30 @@ func helper(args []string) int {
 			_ = f.Close()
 		}
 		return 0
+	case "hold":
+		// hold FILE SECONDS [stubborn]: take an exclusive lock on FILE — the
+		// ground truth of "one process on this rig" — or report "overlap".
+		f, err := os.OpenFile(args[1], os.O_CREATE|os.O_RDWR, 0o644)
+		if err != nil {
+			write("error: " + err.Error())
+			return 1
+		}
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+			write("overlap: another process holds " + args[1])
+			return 1
+		}
+		if len(args) > 3 && args[3] == "stubborn" {
+			signal.Ignore(syscall.SIGTERM)
+		}
+		fmt.Println("holding")
+		secs, _ := strconv.Atoi(args[2])
+		time.Sleep(time.Duration(secs) * time.Second)
+		write("alone")
+		return 0
 	case "sleep":
 		ch := make(chan os.Signal, 1)
 		signal.Notify(ch, syscall.SIGTERM)
+		fmt.Println("ready")
 		<-ch
 		return 143
 	case "lines":
@@ -294,6 +320,21 @@ func phaseIs(phases ...corev1.PodPhase) func(*corev1.Pod) bool {
 		}
 		return false
 	}
+}
+
+// waitLog waits until the pod's log holds text: the helper says it is ready
+// (a signal handler installed, a lock taken) before a test acts on it.
+func waitLog(t *testing.T, pod *corev1.Pod, text string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		raw, err := cs.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{}).Do(context.Background()).Raw()
+		if err == nil && strings.Contains(string(raw), text) {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("pod %s/%s never logged %q", pod.Namespace, pod.Name, text)
 }
 
 func terminated(t *testing.T, p *corev1.Pod) *corev1.ContainerStateTerminated {

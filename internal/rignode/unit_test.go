@@ -1,11 +1,15 @@
 package rignode
 
 import (
+	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -132,7 +136,7 @@ func TestFieldValue(t *testing.T) {
 
 func TestStreamLogOptions(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "1.log")
-	w, err := newLogWriter(path)
+	w, err := newLogWriter(path, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,5 +169,119 @@ func TestStreamLogOptions(t *testing.T) {
 	}
 	if got := tailText(path, 2, 100); got != "c\nunterminated\n" {
 		t.Errorf("tailText = %q", got)
+	}
+}
+
+// A log past its size limit is rotated as a kubelet rotates: at most
+// maxFiles files are kept, and a reader sees the rotated lines before the
+// current ones, and follows the log across a rotation.
+func TestLogRotation(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "1.log")
+	// Each stamped line is 30 (timestamp) + 1 + 4 + 1 = 36 bytes; 100 bytes
+	// hold two lines, so every third line rotates.
+	w, err := newLogWriter(path, 100, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	w.now = func() time.Time { clock = clock.Add(time.Second); return clock.Add(123456789) }
+	for i := range 9 {
+		fmt.Fprintf(w, "l%03d\n", i)
+	}
+	files, _ := filepath.Glob(path + "*")
+	if len(files) != 3 {
+		t.Fatalf("files = %v, want 3 (the current one and two rotated)", files)
+	}
+	for _, f := range files {
+		if st, _ := os.Stat(f); st.Size() > 100 {
+			t.Errorf("%s is %d bytes, past the 100-byte limit", f, st.Size())
+		}
+	}
+	var b strings.Builder
+	if err := streamLog(context.Background(), path, api.ContainerLogOpts{}, func() bool { return true }, &b); err != nil {
+		t.Fatal(err)
+	}
+	// Nine lines written two to a file: [l000 l001] … [l006 l007] [l008];
+	// three files kept, so the four oldest lines are gone.
+	if got, want := b.String(), "l004\nl005\nl006\nl007\nl008\n"; got != want {
+		t.Errorf("read = %q, want %q", got, want)
+	}
+
+	// Follow: lines written after the reader started, across two rotations.
+	var mu sync.Mutex
+	finished := false
+	pr, pw := io.Pipe()
+	go func() {
+		pw.CloseWithError(streamLog(context.Background(), path, api.ContainerLogOpts{Follow: true, Tail: 1},
+			func() bool { mu.Lock(); defer mu.Unlock(); return finished }, pw))
+	}()
+	sc := bufio.NewScanner(pr)
+	next := func() string {
+		if !sc.Scan() {
+			t.Fatalf("follow ended early: %v", sc.Err())
+		}
+		return sc.Text()
+	}
+	if got := next(); got != "l008" {
+		t.Fatalf("first followed line = %q, want l008", got)
+	}
+	for i := 9; i < 14; i++ {
+		fmt.Fprintf(w, "l%03d\n", i)
+		if got, want := next(), fmt.Sprintf("l%03d", i); got != want {
+			t.Fatalf("followed line = %q, want %q", got, want)
+		}
+	}
+	_ = w.Close()
+	mu.Lock()
+	finished = true
+	mu.Unlock()
+	if sc.Scan() {
+		t.Errorf("line after the end: %q", sc.Text())
+	}
+}
+
+// A restarted rignode adopts a process only when its pid still names the
+// process the shim started: a pid reused by an unrelated process is neither
+// adopted nor signalled.
+func TestAdoptionChecksTheProcessIdentity(t *testing.T) {
+	if _, ok := procIdentity(os.Getpid()); !ok {
+		t.Skip("no process identity on this system: nothing is ever adopted")
+	}
+	sleeper := exec.Command("sleep", "30")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sleeper.Process.Kill(); _ = sleeper.Wait() }()
+	pid := sleeper.Process.Pid
+	real, _ := procIdentity(pid)
+
+	for _, tc := range []struct {
+		name  string
+		id    string
+		adopt bool
+	}{
+		{"pid reused by another process", "another-boot/12345", false},
+		{"the same process", real, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			c := &container{dir: dir}
+			if err := writeJSON(c.file(1, "spec"), shimSpec{Argv: []string{"x"}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := writeJSON(c.file(1, "state"), shimState{ShimPID: pid, ShimID: tc.id, PID: pid, ID: tc.id, StartedAt: time.Now()}); err != nil {
+				t.Fatal(err)
+			}
+			c.adopt()
+			if adopted := c.proc != nil; adopted != tc.adopt {
+				t.Fatalf("adopted = %v, want %v", adopted, tc.adopt)
+			}
+			if !tc.adopt && (c.pending == nil || c.pending.lost == "") {
+				t.Fatalf("a run whose process is gone is not reported lost: %+v", c.pending)
+			}
+			if id, ok := procIdentity(pid); !ok || id != real {
+				t.Fatal("the unrelated process was signalled")
+			}
+		})
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/clawfarm/clawfarm/internal/rignode"
 )
 
 // state is what state.json keeps for `down` and `status`.
@@ -61,6 +63,14 @@ func stopAll(procs []*Proc, log func(string, ...any)) {
 					grace = 40 * time.Second // its pods get their grace period
 				}
 				p.Stop(grace)
+				if root := flagValue(p.Args, "--root-dir"); strings.HasPrefix(p.Name, "rignode") && root != "" {
+					// A node agent that stops leaves its pods' processes
+					// running, as a kubelet does; the cluster going away
+					// takes them with it.
+					if n := rignode.StopLeftovers(root, grace); n > 0 && log != nil {
+						log("stopped %d pod process(es) %s left running", n, p.Name)
+					}
+				}
 			}(p)
 		}
 		wg.Wait()
@@ -159,4 +169,14 @@ func Status(dir string) (string, bool, error) {
 	}
 	fmt.Fprintf(&b, "export KUBECONFIG=%s\n", st.Kubeconfig)
 	return b.String(), up, nil
+}
+
+// flagValue is the value of a --name=value argument, "" when absent.
+func flagValue(args []string, name string) string {
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, name+"="); ok {
+			return v
+		}
+	}
+	return ""
 }

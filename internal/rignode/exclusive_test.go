@@ -1,0 +1,63 @@
+package rignode_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+// rigPod runs the helper with args, the rig's host directory mounted at /rig.
+func rigPod(t *testing.T, ns, name, rig string, args ...string) *corev1.Pod {
+	t.Helper()
+	pod := newPod(t, args...)
+	pod.Namespace, pod.Name = ns, name
+	pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](3)
+	pod.Spec.Volumes = []corev1.Volume{{Name: "state", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{
+		Path: rig, Type: ptr.To(corev1.HostPathDirectoryOrCreate)}}}}
+	pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "state", MountPath: "/rig"}}
+	return pod
+}
+
+// One phone, one process, at the node: a pod deleted while its process is
+// slow to stop (it ignores SIGTERM), and a new pod for the same rig created
+// at once. The new process starts only once the old one is gone — the lock
+// the old one holds on the rig's directory says so — and until then the new
+// pod says what it waits for.
+func TestNextPodOnARigWaitsForTheOldProcess(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		grace *int64
+	}{
+		{"graceful-delete", nil},           // SIGTERM, the pod's 3 s, SIGKILL
+		{"force-delete", ptr.To[int64](0)}, // the object is gone at once; the process still gets SIGTERM and 2 s
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rig := t.TempDir()
+			old := create(t, rigPod(t, namespace(t), "old", rig, "hold", "/rig/lock", "600", "stubborn"))
+			waitPod(t, old, 30*time.Second, "phase Running", phaseIs(corev1.PodRunning))
+			waitLog(t, old, "holding") // the lock is taken, SIGTERM ignored
+			deleted := time.Now()
+			if err := cs.CoreV1().Pods(old.Namespace).Delete(context.Background(), old.Name, metav1.DeleteOptions{GracePeriodSeconds: tc.grace}); err != nil {
+				t.Fatal(err)
+			}
+			next := create(t, rigPod(t, old.Namespace, "next", rig, "hold", "/rig/lock", "0"))
+			waitPod(t, next, 10*time.Second, "waiting for the old pod's process", func(p *corev1.Pod) bool {
+				cs := p.Status.ContainerStatuses
+				return len(cs) == 1 && cs[0].State.Waiting != nil && strings.Contains(cs[0].State.Waiting.Message, "waiting for the process of pod "+old.Namespace+"/old")
+			})
+			done := waitPod(t, next, 30*time.Second, "a terminal phase", phaseIs(corev1.PodSucceeded, corev1.PodFailed))
+			term := terminated(t, done)
+			if done.Status.Phase != corev1.PodSucceeded || term.Message != "alone" {
+				t.Fatalf("the next pod ended %s with %q: its process ran beside the old one", done.Status.Phase, term.Message)
+			}
+			if waited := term.StartedAt.Sub(deleted); waited < 2*time.Second {
+				t.Fatalf("the next process started %s after the delete, before the old one's grace period ended", waited)
+			}
+		})
+	}
+}
