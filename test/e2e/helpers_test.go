@@ -35,6 +35,8 @@ const (
 	rigPodDelete
 	rigUnready
 	rigCancel
+	rigHostKill
+	rigHostPause
 )
 
 // slowTaps makes every touch take 5 s (100 s of rig time × rigsim's 0.05

@@ -465,6 +465,30 @@ func (c *Cluster) Proc(name string) *Proc {
 	return nil
 }
 
+// Restart starts again, with the same arguments, a component whose process
+// has ended (a test that killed it plays the supervisor that restarts it).
+func (c *Cluster) Restart(name string) (*Proc, error) {
+	old := c.Proc(name)
+	if old == nil {
+		return nil, fmt.Errorf("no process %q in this cluster", name)
+	}
+	if gone, _ := old.Exited(); !gone {
+		return nil, fmt.Errorf("%s (pid %d) still runs", name, old.PID)
+	}
+	p, err := start(c.Dir, name, old.Args[0], old.Args[1:], nil)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	for i := range c.procs {
+		if c.procs[i] == old {
+			c.procs[i] = p
+		}
+	}
+	c.mu.Unlock()
+	return p, c.saveState()
+}
+
 // Kubectl runs the cluster's kubectl as the user, with stdin, and returns its output.
 func (c *Cluster) Kubectl(ctx context.Context, stdin []byte, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, filepath.Join(c.k8s, "kubectl"), args...)

@@ -16,6 +16,7 @@ type action int
 
 const (
 	none    action = iota
+	bindTo         // bind it to a foreign node, whose own agent runs it
 	start          // bind it, start its process, write Running
 	running        // write Running (a first write failed)
 	wait           // write its container's waiting state
@@ -59,6 +60,12 @@ func (k *Kubelet) next(st *podState, now time.Time) (action, *corev1.Pod, Ending
 func (k *Kubelet) decide(st *podState, e Ending, now time.Time) action {
 	pod, p := st.pod, st.proc
 	if st.gone {
+		return none
+	}
+	if k.Foreign != nil && p == nil && k.Foreign(nodeOf(pod)) {
+		if pod.Spec.NodeName == "" && pod.DeletionTimestamp == nil {
+			return bindTo
+		}
 		return none
 	}
 	if p != nil && p.live() && e.Evict == ByEvictionAPI && !st.evicted && pod.DeletionTimestamp == nil && !now.Before(p.clock.Add(e.After)) {
@@ -107,6 +114,8 @@ func (k *Kubelet) decide(st *podState, e Ending, now time.Time) action {
 // act does a, and reports whether it was done.
 func (k *Kubelet) act(ctx context.Context, st *podState, a action, pod *corev1.Pod, e Ending, now time.Time) bool {
 	switch a {
+	case bindTo:
+		return k.bind(ctx, pod, nodeOf(pod)) == nil
 	case start:
 		node := nodeOf(pod)
 		if !k.EndOnly {

@@ -55,6 +55,9 @@ type Kubelet struct {
 	Workers int
 	// Observe, when set, is called once for each pod the first time the kubelet sees it.
 	Observe func(pod *corev1.Pod)
+	// Foreign, when set, names the nodes another agent runs (a real rignode):
+	// their pods are bound, as the scheduler would, and left to that agent.
+	Foreign func(node string) bool
 	// EndOnly skips the binding and the Running status: a pod goes from
 	// Pending straight to its ending, in one status write. A benchmark uses
 	// it to keep the harness's own writes off the API server it measures.

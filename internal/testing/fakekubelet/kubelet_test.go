@@ -34,7 +34,8 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	kl = &Kubelet{Client: env.Client, Poll: 20 * time.Millisecond, Script: book.script}
+	kl = &Kubelet{Client: env.Client, Poll: 20 * time.Millisecond, Script: book.script,
+		Foreign: func(node string) bool { return strings.HasSuffix(node, "-foreign") }}
 	done := make(chan struct{})
 	go func() { kl.Run(ctx); close(done) }()
 	code := m.Run()

@@ -514,3 +514,19 @@ func TestForceDeletedPodsProcessRunsUntilItsNodeReturns(t *testing.T) {
 		t.Fatalf("next-2 started at %v, before the old process ended at %v", next.Start, politeEnd.End)
 	}
 }
+
+// A pod for a node another agent runs (a real rignode beside the fake
+// kubelet) is bound, as the scheduler would, and never run or written.
+func TestForeignNodesPodsAreOnlyBound(t *testing.T) {
+	ns := env.Namespace(t)
+	node := env.MakeNode(t, ns+"-foreign")
+	runPod(t, ns, "theirs", "rig-f", node, 30, false, Ending{After: 100 * time.Millisecond, Message: "done"})
+	waitPod(t, ns, "theirs", "bound to "+node, func(p *corev1.Pod) bool { return p != nil && p.Spec.NodeName == node })
+	time.Sleep(500 * time.Millisecond) // room for a start that must not come
+	if p := getPod(t, ns, "theirs"); p.Status.Phase != corev1.PodPending && p.Status.Phase != "" {
+		t.Fatalf("the fake kubelet ran a foreign node's pod: %+v", p.Status)
+	}
+	if _, ok := interval(t, ns, "rig-f", "theirs"); ok {
+		t.Fatal("the fake kubelet started a process for a foreign node's pod")
+	}
+}

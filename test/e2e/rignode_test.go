@@ -1,0 +1,171 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"encoding/json"
+	"net/http"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/internal/dev/devcluster"
+	"github.com/clawfarm/clawfarm/internal/sim/rigsim"
+)
+
+// These tests take the rig host's node agent away from every rig at once,
+// so they do not run in parallel: Go runs them before the parallel tests start.
+
+// The rig host's rignode SIGKILLed mid-session and started again: the
+// session runs on while no rignode runs (rigsim keeps receiving its calls),
+// the new rignode reports the same process Running, and the run ends with
+// the scenario's sentinel on its first attempt — not a retry.
+func TestRignodeKilledMidRun(t *testing.T) {
+	setFaults(t, rigHostKill, slowTaps)
+	defer clearFaults(t, rigHostKill)
+	create(t, newRun("e2e-rignode-kill", rigHostKill, "timer", "Set a 5 minute timer in the Clock app and start it."))
+	pod := runningPod(t, "e2e-rignode-kill-a1", time.Minute)
+	before := waitCalls(t, rigHostKill, 0, 30*time.Second)
+
+	name := "rignode-" + devcluster.RigNode
+	cluster.Proc(name).Kill()
+	t.Logf("killed %s after %d rig calls", name, before)
+	during := waitCalls(t, rigHostKill, before, 20*time.Second)
+	t.Logf("%d rig calls while %s was down", during-before, name)
+	restarted := time.Now()
+	if _, err := cluster.Restart(name); err != nil {
+		t.Fatal(err)
+	}
+	waitNodeHeartbeat(t, devcluster.RigNode, restarted)
+
+	// The new rignode has synced its pods; the one it found is still the same process.
+	time.Sleep(2 * time.Second)
+	after := runningPod(t, pod.Name, time.Minute)
+	if got, want := containerID(after), containerID(pod); got != want || after.Status.ContainerStatuses[0].RestartCount != 0 {
+		t.Fatalf("after the restart the pod runs container %q (restarts %d), want the same process %q", got, after.Status.ContainerStatuses[0].RestartCount, want)
+	}
+	run := waitFinished(t, "e2e-rignode-kill", farmv1.RunSucceeded)
+	assertOneAttempt(t, run, pod.Name)
+}
+
+// The rig host's rignode paused (SIGSTOP) for two minutes: the session's
+// calls keep coming during the pause, the node's NotReady spell costs the
+// run nothing, and it ends DONE on its first attempt.
+func TestRignodePausedMidRun(t *testing.T) {
+	// Taps of 40 s: the session outlasts the two-minute pause. (The Wi-Fi
+	// task, not the timer: a 5-minute timer on the phone's fast clock would
+	// ring out between two such taps.)
+	setFaults(t, rigHostPause, `{"latency": {"tap": "800s", "peek": "60s"}}`)
+	defer clearFaults(t, rigHostPause)
+	create(t, newRun("e2e-rignode-pause", rigHostPause, "wifi", "Turn Wi-Fi off in Settings."))
+	pod := runningPod(t, "e2e-rignode-pause-a1", time.Minute)
+	before := waitCalls(t, rigHostPause, 0, 30*time.Second)
+
+	p := cluster.Proc("rignode-" + devcluster.RigNode)
+	if err := syscall.Kill(p.PID, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			_ = syscall.Kill(p.PID, syscall.SIGCONT)
+		}
+	}
+	defer resume()
+	paused := time.Now()
+	during := waitCalls(t, rigHostPause, before+1, 2*time.Minute) // two calls at least: the session is not held up
+	time.Sleep(time.Until(paused.Add(2 * time.Minute)))
+	resume()
+	t.Logf("%d rig calls in the first %s of the pause", during-before, time.Since(paused).Round(time.Second))
+
+	run := waitFinished(t, "e2e-rignode-pause", farmv1.RunSucceeded)
+	assertOneAttempt(t, run, pod.Name)
+	if st := rigState(t, rigHostPause); st.WiFi {
+		t.Fatal("ground truth: Wi-Fi is still on")
+	}
+}
+
+// waitNodeHeartbeat waits until node reports Ready with a heartbeat after since.
+func waitNodeHeartbeat(t *testing.T, node string, since time.Time) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second) // the first heartbeat comes as rignode registers
+	for time.Now().Before(deadline) {
+		var n corev1.Node
+		if err := cluster.Client.Get(ctxFor(t, 5*time.Second), client.ObjectKey{Name: node}, &n); err == nil {
+			for _, c := range n.Status.Conditions {
+				if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue && c.LastHeartbeatTime.After(since) {
+					return
+				}
+			}
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Fatalf("node %s reported no Ready heartbeat in the 90 s after %s", node, since.Format(time.RFC3339))
+}
+
+// sessionCalls counts the calls rigsim's ledger has recorded on the rig.
+func sessionCalls(t *testing.T, rigIndex int) int {
+	t.Helper()
+	resp, err := http.Get(cluster.RigURL(rigIndex) + "/api/sim/state")
+	if err != nil {
+		t.Fatalf("rigsim state of %s: %v", rig(rigIndex), err)
+	}
+	defer resp.Body.Close()
+	var st rigsim.SimState
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatalf("rigsim state of %s: %v", rig(rigIndex), err)
+	}
+	if len(st.Overlaps) > 0 {
+		t.Fatalf("rigsim saw two sessions at once on %s: %+v", rig(rigIndex), st.Overlaps)
+	}
+	n := 0
+	for _, s := range st.Sessions {
+		n += s.Calls
+	}
+	return n
+}
+
+// waitCalls waits until the rig has recorded more than n calls, and returns how many.
+func waitCalls(t *testing.T, rigIndex, n int, timeout time.Duration) int {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if got := sessionCalls(t, rigIndex); got > n {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rig %s: no call past %d in %s", rig(rigIndex), n, timeout)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+func containerID(p *corev1.Pod) string {
+	if len(p.Status.ContainerStatuses) == 0 {
+		return ""
+	}
+	return p.Status.ContainerStatuses[0].ContainerID
+}
+
+// assertOneAttempt checks the run succeeded DONE on its first pod, with no
+// retry pod ever made.
+func assertOneAttempt(t *testing.T, run *farmv1.AgentRun, pod string) {
+	t.Helper()
+	if len(run.Status.Attempts) != 1 || run.Status.Attempts[0].Pod != pod || run.Status.Attempts[0].Sentinel != "DONE" {
+		t.Fatalf("attempts %s; want the one DONE of %s", attemptsSummary(run), pod)
+	}
+	var pods corev1.PodList
+	if err := cluster.Client.List(ctxFor(t, 10*time.Second), &pods, client.InNamespace(run.Namespace), client.MatchingLabels{farmv1.LabelRun: run.Name}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if p.Name != pod {
+			t.Errorf("pod %s exists beside %s: the session was retried", p.Name, pod)
+		}
+	}
+}
