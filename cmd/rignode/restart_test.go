@@ -17,6 +17,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -351,4 +352,27 @@ func firstTurnAt(t *testing.T, file string) time.Time { return turnTimes(t, file
 func lastTurnAt(t *testing.T, file string) time.Time {
 	ts := turnTimes(t, file)
 	return ts[len(ts)-1]
+}
+
+// A pod created and deleted while no rignode ran (a finalizer keeps it, as
+// the operator's does): the restarted rignode never starts it and reports it
+// Failed, so whoever waits for it to end is not left waiting.
+func TestPodDeletedBeforeItStartedIsReportedEnded(t *testing.T) {
+	h := startHost(t)
+	h.kill()
+	pod := h.sessionPod("never", 20)
+	patch := []byte(`{"metadata":{"finalizers":["test.clawfarm.dev/keep"]}}`)
+	if _, err := h.cs.CoreV1().Pods("default").Patch(context.Background(), "never", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.cs.CoreV1().Pods("default").Delete(context.Background(), "never", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.start()
+	p := h.waitPod("never", "Failed", 30*time.Second, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodFailed })
+	if h.turns("never") != 0 {
+		t.Fatalf("the deleted pod's session ran %d turns", h.turns("never"))
+	}
+	t.Logf("reported: %s: %s", p.Status.Reason, p.Status.Message)
+	_, _ = h.cs.CoreV1().Pods("default").Patch(context.Background(), pod.Name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
 }

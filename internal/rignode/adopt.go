@@ -108,7 +108,11 @@ func (c *container) adopt() {
 		}
 	}
 	sh := &shimmed{stateFile: c.file(c.runs, "state"), exitFile: c.file(c.runs, "exit")}
-	_ = readJSON(sh.stateFile, &sh.state)
+	// A shim started just before rignode died may not have said anything
+	// yet: give it the time a start is given before taking it for lost.
+	for deadline := time.Now().Add(shimStartTimeout); readJSON(sh.stateFile, &sh.state) != nil && !exists(sh.exitFile) && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
 	c.id = fmt.Sprintf("rignode://%d", sh.state.PID)
 	if e, ok := sh.exit(); ok {
 		c.pending = &e
@@ -189,7 +193,7 @@ func (p *Provider) recover(ctx context.Context) error {
 			continue
 		}
 		uid := e.Name()
-		if pod := bound[uid]; pod != nil && pod.Status.StartTime != nil {
+		if pod := bound[uid]; pod != nil {
 			r, err := newPodRun(ctx, p, pod.DeepCopy())
 			if err != nil {
 				p.cfg.Logf("pod %s/%s: adopt: %v", pod.Namespace, pod.Name, err)
@@ -198,12 +202,10 @@ func (p *Provider) recover(ctx context.Context) error {
 			p.pods[podKey(pod.Namespace, pod.Name)] = r
 			go r.run()
 			if pod.DeletionTimestamp != nil {
+				r.markDeleted()
 				go r.terminate(deletionGrace(pod))
 			}
 			continue
-		}
-		if bound[uid] != nil {
-			continue // not started yet: CreatePod starts it afresh
 		}
 		r := p.orphan(filepath.Join(root, uid))
 		p.gone[uid] = r

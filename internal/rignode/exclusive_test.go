@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 )
@@ -60,4 +61,49 @@ func TestNextPodOnARigWaitsForTheOldProcess(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A pod deleted while it waits for a rig's directory never starts: the
+// next pod's process must not run for a pod that is gone.
+func TestPodDeletedWhileWaitingForARigNeverStarts(t *testing.T) {
+	rig := t.TempDir()
+	ns := namespace(t)
+	old := create(t, rigPod(t, ns, "old", rig, "hold", "/rig/lock", "600"))
+	waitLog(t, old, "holding")
+	next := rigPod(t, ns, "next", rig, "hold", "/rig/lock", "0")
+	next.Finalizers = []string{"test.clawfarm.dev/keep"} // read its last status
+	next = create(t, next)
+	waitPod(t, next, 10*time.Second, "waiting for the old pod's process", func(p *corev1.Pod) bool {
+		cs := p.Status.ContainerStatuses
+		return len(cs) == 1 && cs[0].State.Waiting != nil && strings.Contains(cs[0].State.Waiting.Message, "waiting for the process of pod")
+	})
+	if err := cs.CoreV1().Pods(ns).Delete(context.Background(), "next", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	done := waitPod(t, next, 15*time.Second, "Failed", phaseIs(corev1.PodFailed, corev1.PodSucceeded))
+	if done.Status.Phase != corev1.PodFailed {
+		t.Fatalf("a pod deleted before it started ended %s", done.Status.Phase)
+	}
+	if err := cs.CoreV1().Pods(ns).Delete(context.Background(), "old", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		p, err := cs.CoreV1().Pods(ns).Get(context.Background(), "old", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || err == nil && (p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the old pod did not end after its deletion")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // room for a start that must not come
+	p, err := cs.CoreV1().Pods(ns).Get(context.Background(), "next", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := p.Status.ContainerStatuses; len(c) == 1 && (c[0].State.Running != nil || c[0].State.Terminated != nil && c[0].State.Terminated.Message != "") {
+		t.Fatalf("the deleted pod's process ran once the rig was free: %+v", c[0].State)
+	}
+	removeFinalizer(t, p)
 }

@@ -64,9 +64,12 @@ func newPodRun(ctx context.Context, p *Provider, pod *corev1.Pod) (*podRun, erro
 		stop:     make(chan struct{}),
 		finished: make(chan struct{}),
 	}
-	// A pod with a start time was started by an earlier rignode: its
-	// processes are adopted from the files their shims keep.
-	adopting := pod.Status.StartTime != nil
+	// A pod whose record is on disk, or that the API says started, was
+	// taken on by an earlier rignode: its processes are adopted from the
+	// files their shims keep. (The record is written before any process
+	// starts, so a rignode that died before it could report Running is
+	// covered too.)
+	adopting := pod.Status.StartTime != nil || exists(filepath.Join(r.dir, podRecordFile))
 	if adopting && !exists(filepath.Join(r.dir, "containers")) {
 		r.orphaned = fmt.Sprintf("rignode restarted while the pod ran on %s and found none of its files under %s", p.cfg.NodeName, r.dir)
 		return r, nil
@@ -175,7 +178,7 @@ func (r *podRun) run() {
 		r.publish()
 		return
 	}
-	if !r.adopted {
+	if !r.adopted || st.StartTime == nil {
 		st.Phase = corev1.PodPending
 		st.StartTime = &now
 		st.HostIP, st.PodIP = r.p.cfg.NodeIP, r.p.cfg.NodeIP
@@ -342,6 +345,12 @@ func (r *podRun) markDeleted() {
 	r.mu.Unlock()
 }
 
+func (r *podRun) isDeleted() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.deleted
+}
+
 // armDeadline enforces activeDeadlineSeconds from the pod's start time. Called with mu held.
 func (r *podRun) armDeadline() {
 	ads := r.pod.Spec.ActiveDeadlineSeconds
@@ -399,6 +408,13 @@ func (r *podRun) finish() {
 		if c.state.Terminated == nil && c.state.Running == nil && c.last.Terminated == nil && !r.stopping() {
 			failed = true // an init container failed before this one could run
 		}
+	}
+	begun := false
+	for _, c := range r.containers() {
+		begun = begun || c.started()
+	}
+	if r.deleted && !begun {
+		failed = true // deleted before anything ran, as a kubelet reports it
 	}
 	st.Phase = corev1.PodSucceeded
 	if failed {

@@ -63,11 +63,13 @@ type Config struct {
 type Provider struct {
 	cfg Config
 
-	mu     sync.Mutex
-	pods   map[string]*podRun // namespace/name → run
-	gone   map[string]*podRun // uid → run of a pod no longer in the API whose processes are being stopped
-	notify func(*corev1.Pod)
-	excl   sync.Mutex // see startExclusive
+	mu   sync.Mutex
+	pods map[string]*podRun // namespace/name → run
+	gone map[string]*podRun // uid → run of a pod no longer in the API whose processes are being stopped
+	// creating are the pods CreatePod is preparing (uid), not yet in pods.
+	creating map[string]bool
+	notify   func(*corev1.Pod)
+	excl     sync.Mutex // see startExclusive
 }
 
 // NewProvider checks cfg and returns a provider.
@@ -119,7 +121,7 @@ func NewProvider(cfg Config) (*Provider, error) {
 	if cfg.LogMaxFiles == 0 {
 		cfg.LogMaxFiles = 5
 	}
-	p := &Provider{cfg: cfg, pods: map[string]*podRun{}, gone: map[string]*podRun{}}
+	p := &Provider{cfg: cfg, pods: map[string]*podRun{}, gone: map[string]*podRun{}, creating: map[string]bool{}}
 	if err := p.recover(context.Background()); err != nil {
 		return nil, err
 	}
@@ -137,7 +139,13 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 		p.mu.Unlock()
 		return nil
 	}
+	p.creating[string(pod.UID)] = true
 	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		delete(p.creating, string(pod.UID))
+		p.mu.Unlock()
+	}()
 
 	r, err := newPodRun(ctx, p, pod.DeepCopy())
 	if err != nil {
@@ -242,7 +250,8 @@ func (p *Provider) GetPods(context.Context) ([]*corev1.Pod, error) {
 }
 
 // NotifyPods registers the callback that receives every status change.
-func (p *Provider) NotifyPods(_ context.Context, f func(*corev1.Pod)) {
+func (p *Provider) NotifyPods(ctx context.Context, f func(*corev1.Pod)) {
+	go p.watchDeletions(ctx)
 	p.mu.Lock()
 	p.notify = f
 	runs := make([]*podRun, 0, len(p.pods))
@@ -250,10 +259,13 @@ func (p *Provider) NotifyPods(_ context.Context, f func(*corev1.Pod)) {
 		runs = append(runs, r)
 	}
 	p.mu.Unlock()
-	// Pods adopted before anyone listened: say how they stand now.
-	for _, r := range runs {
-		f(r.snapshot())
-	}
+	// Pods adopted before anyone listened: say how they stand now. Not here:
+	// NotifyPods must not block, and f may (it waits for the pod to be known).
+	go func() {
+		for _, r := range runs {
+			f(r.snapshot())
+		}
+	}()
 }
 
 func (p *Provider) publish(pod *corev1.Pod) {

@@ -10,7 +10,9 @@
 // processes (bin/manager, built by the test), two replicas with leader
 // election, killed with SIGKILL and restarted. A stand-in for the CronJob
 // controller fires WAIT follow-ups at their minute the way their Job would
-// (followup.Create, in-process).
+// (followup.Create, in-process). A few more rigs sit on a node run by a real
+// rignode, SIGKILLed and restarted, and paused, while its sessions — real
+// processes — run on (rignode_test.go).
 //
 // `make test` runs the short version (CHAOS unset, about 3 minutes);
 // `make chaos` the full one (CHAOS=full). Both print their figures and fail
@@ -19,6 +21,7 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -54,13 +57,19 @@ type scale struct {
 	partitionMin, partitionMax time.Duration
 	stuckTerminating           time.Duration
 	deadline                   time.Duration
+	// rignodeRigs more rigs sit on a real rignode, SIGKILLed every
+	// rignodeKillEvery and paused for pauseFor once pauseAt into the run.
+	rignodeRigs                         int
+	rignodeKillEvery, pauseAt, pauseFor time.Duration
 }
 
 var (
 	short = scale{rigs: 12, runs: 48, killEvery: 10 * time.Second, partitionEvery: 15 * time.Second,
-		partitionMin: 10 * time.Second, partitionMax: 25 * time.Second, stuckTerminating: 20 * time.Second, deadline: 8 * time.Minute}
+		partitionMin: 10 * time.Second, partitionMax: 25 * time.Second, stuckTerminating: 20 * time.Second, deadline: 8 * time.Minute,
+		rignodeRigs: 3, rignodeKillEvery: 12 * time.Second, pauseAt: 30 * time.Second, pauseFor: 20 * time.Second}
 	full = scale{rigs: 100, runs: 500, killEvery: 10 * time.Second, partitionEvery: 30 * time.Second,
-		partitionMin: 2 * time.Minute, partitionMax: 6 * time.Minute, stuckTerminating: 2 * time.Minute, deadline: 45 * time.Minute}
+		partitionMin: 2 * time.Minute, partitionMax: 6 * time.Minute, stuckTerminating: 2 * time.Minute, deadline: 45 * time.Minute,
+		rignodeRigs: 10, rignodeKillEvery: 45 * time.Second, pauseAt: 3 * time.Minute, pauseFor: 2 * time.Minute}
 )
 
 const ns = "farm"
@@ -84,9 +93,15 @@ func TestChaos(t *testing.T) {
 	for i := range sc.rigs {
 		makeRig(t, env, i)
 	}
+	agent := startRignode(t, env, t.TempDir())
+	defer agent.stop()
+	for i := sc.rigs; i < sc.rigs+sc.rignodeRigs; i++ {
+		makeRignodeRig(t, env, agent, i)
+	}
 
-	h := &harness{t: t, c: c, sc: sc, rng: rand.New(rand.NewPCG(1, 2)), cancelled: map[string]bool{}}
-	h.kubelet = &fakekubelet.Kubelet{Client: c, Script: h.script, Observe: h.observe, Workers: 16}
+	h := &harness{t: t, c: c, sc: sc, rng: rand.New(rand.NewPCG(1, 2)), cancelled: map[string]bool{}, agent: agent}
+	h.kubelet = &fakekubelet.Kubelet{Client: c, Script: h.script, Observe: h.observe, Workers: 16,
+		Foreign: func(node string) bool { return node == rignodeNode }}
 	go h.kubelet.Run(ctx)
 	managers := startManagers(t, env)
 	defer managers.stop()
@@ -101,6 +116,7 @@ func TestChaos(t *testing.T) {
 	go h.cancelSome(ctx)
 	go h.partitionNodes(ctx)
 	go managers.killEvery(ctx, sc.killEvery)
+	go agent.faults(ctx, sc.rignodeKillEvery, sc.pauseAt, sc.pauseFor)
 
 	finished := h.waitAllFinished(ctx, start.Add(sc.deadline))
 	wall := time.Since(start)
@@ -108,6 +124,26 @@ func TestChaos(t *testing.T) {
 	managers.stop()
 	h.managerKills = managers.kills
 	h.report(wall, finished)
+	if t.Failed() {
+		h.explain(finished)
+	}
+}
+
+// explain prints, for a failed benchmark, the pods of the runs that did not
+// finish and the end of rignode's log.
+func (h *harness) explain(runs []farmv1.AgentRun) {
+	for _, r := range runs {
+		if r.Status.Phase.Finished() {
+			continue
+		}
+		var pods corev1.PodList
+		_ = h.c.List(context.Background(), &pods, client.InNamespace(ns), client.MatchingLabels{farmv1.LabelRun: r.Name})
+		for _, p := range pods.Items {
+			b, _ := json.Marshal(p.Status)
+			fmt.Printf("pod %s (node %s, deleted %v, finalizers %v): %s\n", p.Name, p.Spec.NodeName, p.DeletionTimestamp, p.Finalizers, b)
+		}
+	}
+	fmt.Printf("---- rignode's log (last 80 lines):\n%s\n", h.agent.logTail(80))
 }
 
 // harness holds the benchmark's decisions: how each pod ends, which runs
@@ -117,6 +153,7 @@ type harness struct {
 	c       client.Client
 	sc      scale
 	kubelet *fakekubelet.Kubelet
+	agent   *agent
 
 	mu           sync.Mutex
 	rng          *rand.Rand
@@ -139,7 +176,7 @@ func (h *harness) newRun(i int) *farmv1.AgentRun {
 	return &farmv1.AgentRun{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("%s-%03d", story, i)},
 		Spec: farmv1.AgentRunSpec{
-			RigRef:   &farmv1.RigReference{Name: rigName(i % h.sc.rigs)},
+			RigRef:   &farmv1.RigReference{Name: rigName(i % (h.sc.rigs + h.sc.rignodeRigs))},
 			Trigger:  "chaos",
 			Model:    farmv1.ModelSpec{Provider: "openai-compatible", Name: "sim/chaos", BaseURL: "http://127.0.0.1:1/v1"},
 			Limits:   farmv1.RunLimits{MaxAttempts: 2},
@@ -470,10 +507,15 @@ func (h *harness) report(wall time.Duration, runs []farmv1.AgentRun) {
 	cancels, kills, partitions := len(h.cancelled), h.userKills, h.partitions
 	h.mu.Unlock()
 
-	fmt.Printf("\nclawfarm chaos: %d rigs, %d runs (+%d follow-ups), %d cancelled, %d pods deleted by a user,\n"+
-		"  %d manager SIGKILLs (every %s), %d node partitions (every %s, %s–%s each)\n",
-		h.sc.rigs, h.sc.runs, len(runs)-h.sc.runs, cancels, kills, h.managerKills, h.sc.killEvery,
-		partitions, h.sc.partitionEvery, h.sc.partitionMin, h.sc.partitionMax)
+	h.agent.mu.Lock()
+	agentKills, agentPauses := h.agent.kills, h.agent.pauses
+	h.agent.mu.Unlock()
+	fmt.Printf("\nclawfarm chaos: %d rigs (+%d on a real rignode), %d runs (+%d follow-ups), %d cancelled, %d pods deleted by a user,\n"+
+		"  %d manager SIGKILLs (every %s), %d node partitions (every %s, %s–%s each),\n"+
+		"  %d rignode SIGKILLs (every %s, down 5 s), %d rignode pauses (%s)\n",
+		h.sc.rigs, h.sc.rignodeRigs, h.sc.runs, len(runs)-h.sc.runs, cancels, kills, h.managerKills, h.sc.killEvery,
+		partitions, h.sc.partitionEvery, h.sc.partitionMin, h.sc.partitionMax,
+		agentKills, h.sc.rignodeKillEvery, agentPauses, h.sc.pauseFor)
 	figure := func(name string, bad []string) {
 		fmt.Printf("  %-44s %d", name, len(bad))
 		if len(bad) > 0 {
@@ -483,6 +525,7 @@ func (h *harness) report(wall time.Duration, runs []farmv1.AgentRun) {
 		fmt.Println()
 	}
 	figure("double sessions (the kubelet's process ledger)", double)
+	figure("double sessions (rignode rigs' locks)", h.agent.overlaps())
 	figure("lost runs (never finished)", lost)
 	figure("attempts recorded twice", countedTwice)
 	figure("attempts beyond maxAttempts", beyondMax)
