@@ -153,10 +153,15 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 		return err
 	}
 	p.mu.Lock()
-	if old, ok := p.pods[key]; ok && !old.ended() {
-		// A pod of the same name from before (another UID): finish it off.
-		p.gone[string(old.pod.UID)] = old
-		go p.retire(old)
+	if old, ok := p.pods[key]; ok {
+		// A pod of the same name from before (another UID): finish it off,
+		// or just clear its files away when it has ended.
+		if old.ended() {
+			go old.cleanup()
+		} else {
+			p.gone[string(old.pod.UID)] = old
+			go p.retire(old)
+		}
 	}
 	p.pods[key] = r
 	p.mu.Unlock()
