@@ -65,6 +65,14 @@ func (s *shimmed) signal(kill bool) {
 	}
 }
 
+// kill SIGKILLs the process's group until the process is gone.
+func (s *shimmed) kill() {
+	for s.alive() {
+		s.signal(true)
+		time.Sleep(pollInterval)
+	}
+}
+
 // pollInterval is how often rignode looks for a shim's exit file.
 const pollInterval = 100 * time.Millisecond
 
@@ -80,10 +88,7 @@ func (s *shimmed) wait() shimExit {
 			if e, ok := s.exit(); ok {
 				return e
 			}
-			for s.alive() {
-				s.signal(true)
-				time.Sleep(pollInterval)
-			}
+			s.kill()
 			now := time.Now()
 			return shimExit{Code: 137, StartedAt: s.state.StartedAt, FinishedAt: now,
 				lost: "its shim ended before it did, so its exit status is unknown; rignode killed what was left"}
@@ -128,10 +133,7 @@ func (c *container) adopt() {
 	}
 	// No shim, no word: the host restarted, or the shim was killed. A process
 	// left without its shim is not trusted to run on.
-	for sh.state.PID != 0 && sh.alive() {
-		sh.signal(true)
-		time.Sleep(pollInterval)
-	}
+	sh.kill()
 	c.pending = &shimExit{Code: 137, StartedAt: sh.state.StartedAt, FinishedAt: time.Now(),
 		lost: "rignode restarted and found neither this container's process nor its exit status (was the host restarted?)"}
 }

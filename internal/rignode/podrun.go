@@ -400,7 +400,7 @@ func (r *podRun) finish() {
 	}
 	st := &r.pod.Status
 	failed := r.deadline
-	for _, c := range append(append([]*container{}, r.inits...), r.regular...) {
+	for _, c := range r.containers() {
 		c.final = true
 		if c.started() && c.exitCode() != 0 {
 			failed = true
@@ -505,7 +505,7 @@ func (r *podRun) publish() { r.p.publish(r.snapshot()) }
 func (r *podRun) logFile(name string, previous bool) (string, func() bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, c := range append(append([]*container{}, r.inits...), r.regular...) {
+	for _, c := range r.containers() {
 		if c.spec.Name != name {
 			continue
 		}
@@ -552,10 +552,7 @@ func (r *podRun) killLeftovers() {
 		if readJSON(f, &sh.state) != nil {
 			continue
 		}
-		for sh.alive() {
-			sh.signal(true)
-			time.Sleep(pollInterval)
-		}
+		sh.kill()
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/internal/dev/devcluster"
+	"github.com/clawfarm/clawfarm/internal/sim/rigsim"
 	"github.com/clawfarm/clawfarm/internal/sim/rigsim/phone"
 )
 
@@ -149,12 +150,18 @@ func runningPod(t *testing.T, name string, timeout time.Duration) *corev1.Pod {
 // rigState is the phone's ground truth from rigsim.
 func rigState(t *testing.T, rigIndex int) phone.State {
 	t.Helper()
+	return simState(t, rigIndex).State
+}
+
+// simState is rigsim's GET /api/sim/state: the phone and the session ledger.
+func simState(t *testing.T, rigIndex int) rigsim.SimState {
+	t.Helper()
 	resp, err := http.Get(cluster.RigURL(rigIndex) + "/api/sim/state")
 	if err != nil {
 		t.Fatalf("rigsim state of %s: %v", rig(rigIndex), err)
 	}
 	defer resp.Body.Close()
-	var st phone.State
+	var st rigsim.SimState
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
 		t.Fatalf("rigsim state of %s: %v", rig(rigIndex), err)
 	}

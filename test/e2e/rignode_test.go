@@ -3,8 +3,6 @@
 package e2e
 
 import (
-	"encoding/json"
-	"net/http"
 	"syscall"
 	"testing"
 	"time"
@@ -14,7 +12,6 @@ import (
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/internal/dev/devcluster"
-	"github.com/clawfarm/clawfarm/internal/sim/rigsim"
 )
 
 // These tests take the rig host's node agent away from every rig at once,
@@ -109,15 +106,7 @@ func TestRignodePausedMidRun(t *testing.T) {
 // sessionCalls counts the calls rigsim's ledger has recorded on the rig.
 func sessionCalls(t *testing.T, rigIndex int) int {
 	t.Helper()
-	resp, err := http.Get(cluster.RigURL(rigIndex) + "/api/sim/state")
-	if err != nil {
-		t.Fatalf("rigsim state of %s: %v", rig(rigIndex), err)
-	}
-	defer resp.Body.Close()
-	var st rigsim.SimState
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		t.Fatalf("rigsim state of %s: %v", rig(rigIndex), err)
-	}
+	st := simState(t, rigIndex)
 	if len(st.Overlaps) > 0 {
 		t.Fatalf("rigsim saw two sessions at once on %s: %+v", rig(rigIndex), st.Overlaps)
 	}
