@@ -45,20 +45,23 @@ func newScheme() *runtime.Scheme {
 // managerFlags are the manager's flags; the Helm chart's Deployment passes
 // them (a test parses the chart's args with this same set).
 type managerFlags struct {
-	fs                            *flag.FlagSet
-	metricsAddr, probeAddr        *string
-	leaderElect                   *bool
-	leaderNamespace               *string
-	leaseDuration, renewDeadline  *time.Duration
-	retryPeriod                   *time.Duration
-	loopImage, loopSA, pullPolicy *string
-	managerImage, followupSA      *string
-	startupTimeout, nodeLostGrace *time.Duration
-	agentJobTTL                   *time.Duration
-	attemptBackoff, rigNotReady   *time.Duration
-	probeInterval, probeTimeout   *time.Duration
-	runWorkers, rigWorkers        *int
-	zap                           *zap.Options
+	fs                             *flag.FlagSet
+	metricsAddr, probeAddr         *string
+	leaderElect                    *bool
+	leaderNamespace                *string
+	leaseDuration, renewDeadline   *time.Duration
+	retryPeriod                    *time.Duration
+	loopImage, loopSA, pullPolicy  *string
+	managerImage, followupSA       *string
+	startupTimeout, nodeLostGrace  *time.Duration
+	agentJobTTL                    *time.Duration
+	attemptBackoff, rigNotReady    *time.Duration
+	probeInterval, probeTimeout    *time.Duration
+	runWorkers, rigWorkers         *int
+	loopResources, fuResources     *jsonFlag[corev1.ResourceRequirements]
+	loopSecurity, fuSecurity       *jsonFlag[corev1.SecurityContext]
+	loopPodSecurity, fuPodSecurity *jsonFlag[corev1.PodSecurityContext]
+	zap                            *zap.Options
 }
 
 func newManagerFlags() *managerFlags {
@@ -85,17 +88,60 @@ func newManagerFlags() *managerFlags {
 		probeTimeout:    fs.Duration("rig-probe-timeout", 3*time.Second, "how long one rig health probe may take"),
 		runWorkers:      fs.Int("agentrun-workers", 8, "concurrent AgentRun reconciles"),
 		rigWorkers:      fs.Int("devicerig-workers", 4, "concurrent DeviceRig reconciles (probes run inside them)"),
+		loopResources:   &jsonFlag[corev1.ResourceRequirements]{check: checkResources},
+		fuResources:     &jsonFlag[corev1.ResourceRequirements]{check: checkResources},
+		loopSecurity:    &jsonFlag[corev1.SecurityContext]{check: checkSecurityContext},
+		fuSecurity:      &jsonFlag[corev1.SecurityContext]{check: checkSecurityContext},
+		loopPodSecurity: &jsonFlag[corev1.PodSecurityContext]{check: checkPodSecurityContext},
+		fuPodSecurity:   &jsonFlag[corev1.PodSecurityContext]{check: checkPodSecurityContext},
 		zap:             &zap.Options{},
 	}
+	fs.Var(f.loopResources, "loop-resources", `resources of the loop container, the JSON of a core/v1 ResourceRequirements (e.g. {"requests":{"cpu":"250m","memory":"256Mi"}}); a run's spec.pod.resources replaces it`)
+	fs.Var(f.loopSecurity, "loop-security-context", "securityContext of the loop container, the JSON of a core/v1 SecurityContext")
+	fs.Var(f.loopPodSecurity, "loop-pod-security-context", "securityContext of loop pods, the JSON of a core/v1 PodSecurityContext (the user must be able to write the rig's state directory on its node)")
+	fs.Var(f.fuResources, "followup-resources", "resources of the follow-up Jobs' container, the JSON of a core/v1 ResourceRequirements")
+	fs.Var(f.fuSecurity, "followup-security-context", "securityContext of the follow-up Jobs' container, the JSON of a core/v1 SecurityContext")
+	fs.Var(f.fuPodSecurity, "followup-pod-security-context", "securityContext of the follow-up Jobs' pods, the JSON of a core/v1 PodSecurityContext")
 	f.zap.BindFlags(fs)
 	return f
 }
 
+// parse parses args and checks what the flag package cannot. Every error
+// names the flag and is written to the flag set's output, as the flag
+// package writes its own.
+func (f *managerFlags) parse(args []string) error {
+	if err := f.fs.Parse(args); err != nil {
+		return err
+	}
+	switch p := corev1.PullPolicy(*f.pullPolicy); p {
+	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
+	default:
+		err := fmt.Errorf("invalid value %q for flag -image-pull-policy: want Always, IfNotPresent or Never", p)
+		fmt.Fprintln(f.fs.Output(), err)
+		return err
+	}
+	return nil
+}
+
+// podDefaults are what the flags say of the pods the manager creates: loop
+// pods and follow-up Jobs.
+func (f *managerFlags) podDefaults() (attempt.Defaults, followup.JobDefaults) {
+	pull := corev1.PullPolicy(*f.pullPolicy)
+	return attempt.Defaults{
+			Image: *f.loopImage, ServiceAccountName: *f.loopSA, ImagePullPolicy: pull,
+			Resources: resources(f.loopResources), SecurityContext: f.loopSecurity.get(), PodSecurityContext: f.loopPodSecurity.get(),
+		}, followup.JobDefaults{
+			Image: *f.managerImage, ServiceAccountName: *f.followupSA, AgentJobTTL: *f.agentJobTTL, ImagePullPolicy: pull,
+			Resources: resources(f.fuResources), SecurityContext: f.fuSecurity.get(), PodSecurityContext: f.fuPodSecurity.get(),
+		}
+}
+
 func runManager(args []string) int {
 	f := newManagerFlags()
-	if err := f.fs.Parse(args); err != nil {
+	if err := f.parse(args); err != nil {
 		return 2
 	}
+	loop, fu := f.podDefaults()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(f.zap)))
 	log := ctrl.Log.WithName("setup")
 
@@ -115,8 +161,8 @@ func runManager(args []string) int {
 		return 1
 	}
 	if err := setup(mgr, Settings{
-		Loop:           attempt.Defaults{Image: *f.loopImage, ServiceAccountName: *f.loopSA, ImagePullPolicy: corev1.PullPolicy(*f.pullPolicy)},
-		FollowUp:       followup.JobDefaults{Image: *f.managerImage, ServiceAccountName: *f.followupSA, AgentJobTTL: *f.agentJobTTL},
+		Loop:           loop,
+		FollowUp:       fu,
 		StartupTimeout: *f.startupTimeout, NodeLostGrace: *f.nodeLostGrace, AttemptBackoff: *f.attemptBackoff, RigNotReadyGrace: *f.rigNotReady,
 		ProbeInterval: *f.probeInterval, ProbeTimeout: *f.probeTimeout,
 		RunWorkers: *f.runWorkers, RigWorkers: *f.rigWorkers,

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -108,6 +110,14 @@ func TestWaitSchedulesAFollowUpCronJob(t *testing.T) {
 	ctr := cj.Spec.JobTemplate.Spec.Template.Spec.Containers[0]
 	if ctr.Image != "manager:test" || ctr.Args[0] != "followup" {
 		t.Errorf("job container %+v", ctr)
+	}
+	// The manager's pull policy, resources and security contexts, as the
+	// API server stored them.
+	if ctr.ImagePullPolicy != corev1.PullNever || !apiequality.Semantic.DeepEqual(ctr.Resources, followUpDefaults.Resources) ||
+		!apiequality.Semantic.DeepEqual(ctr.SecurityContext, followUpDefaults.SecurityContext) ||
+		!apiequality.Semantic.DeepEqual(cj.Spec.JobTemplate.Spec.Template.Spec.SecurityContext, followUpDefaults.PodSecurityContext) {
+		t.Errorf("job pod settings: pull %q resources %+v securityContext %+v pod securityContext %+v",
+			ctr.ImagePullPolicy, ctr.Resources, ctr.SecurityContext, cj.Spec.JobTemplate.Spec.Template.Spec.SecurityContext)
 	}
 	req, err := followup.DecodeRequest(ctr.Env[0].Value)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -65,6 +66,18 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// followUpDefaults are the follow-up Jobs' settings, as the chart's defaults
+// make them (charts/clawfarm/values.yaml runs.followUpPod): the API server
+// must accept CronJobs carrying them.
+var followUpDefaults = followup.JobDefaults{Image: "manager:test", ServiceAccountName: "clawfarm-followup", ImagePullPolicy: corev1.PullNever,
+	Resources: corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("128Mi")}},
+	SecurityContext: &corev1.SecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65532), AllowPrivilegeEscalation: ptr.To(false),
+		ReadOnlyRootFilesystem: ptr.To(true), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
+	PodSecurityContext: &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+}
+
 // startManager runs a manager with both controllers, the way cmd/manager wires them.
 func startManager() (context.CancelFunc, chan struct{}) {
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
@@ -79,7 +92,7 @@ func startManager() (context.CancelFunc, chan struct{}) {
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("agentrun-controller"), Clock: clk,
 		Config: agentrun.Config{
 			Loop:           attempt.Defaults{Image: "loop:test", ServiceAccountName: "clawfarm-loop"},
-			FollowUp:       followup.JobDefaults{Image: "manager:test", ServiceAccountName: "clawfarm-followup"},
+			FollowUp:       followUpDefaults,
 			StartupTimeout: 3 * time.Second, NodeLostGrace: time.Second, AttemptBackoff: 2 * time.Second, RigNotReadyGrace: 3 * time.Second, ConfigErrorGrace: time.Second, MaxConcurrentReconciles: 4,
 		},
 	}).SetupWithManager(mgr); err != nil {

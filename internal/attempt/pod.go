@@ -36,11 +36,22 @@ func PodName(run string, attempt, retry int32) string {
 	return fmt.Sprintf("%s-a%d-r%d", run, attempt, retry)
 }
 
-// Defaults the manager fills in where a run says nothing.
+// Defaults the manager fills in where a run says nothing (its flags
+// --loop-image, --loop-service-account, --image-pull-policy,
+// --loop-resources, --loop-security-context, --loop-pod-security-context).
 type Defaults struct {
 	Image              string
 	ServiceAccountName string
 	ImagePullPolicy    corev1.PullPolicy
+	// Resources of the loop container, unless the run's spec.pod.resources
+	// sets its own.
+	Resources corev1.ResourceRequirements
+	// SecurityContext of the loop container; nil leaves it to the cluster.
+	SecurityContext *corev1.SecurityContext
+	// PodSecurityContext of the loop pod; nil leaves it to the cluster. The
+	// loop writes the rig's state directory (a hostPath by default), so the
+	// user chosen here must be able to write it on the rig's node.
+	PodSecurityContext *corev1.PodSecurityContext
 }
 
 // Spec is everything an attempt pod is built from.
@@ -97,11 +108,13 @@ func (s Spec) skillSources() []farmv1.SkillSource {
 
 // BuildPod renders the attempt pod: owned by the run, pinned to the rig's node,
 // tolerating the rig taint, with the tracking finalizer, a deadline, the rig's
-// state volume, skills, and the loop's settings in its environment.
+// state volume, skills, the loop's settings in its environment, and the
+// manager's defaults for image, pull policy, resources and security contexts
+// where the run's spec.pod does not override them.
 func BuildPod(s Spec) *corev1.Pod {
 	run, rig := s.Run, s.Rig
 	image, sa := s.Defaults.Image, s.Defaults.ServiceAccountName
-	var resources corev1.ResourceRequirements
+	resources := *s.Defaults.Resources.DeepCopy()
 	var tolerations []corev1.Toleration
 	if o := run.Spec.Pod; o != nil {
 		if o.Image != "" {
@@ -162,6 +175,7 @@ func BuildPod(s Spec) *corev1.Pod {
 			ActiveDeadlineSeconds:         &deadline,
 			TerminationGracePeriodSeconds: ptr.To[int64](TerminationGraceSeconds),
 			ServiceAccountName:            sa,
+			SecurityContext:               s.Defaults.PodSecurityContext.DeepCopy(),
 			Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
 				RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
 					NodeSelectorTerms: []corev1.NodeSelectorTerm{{
@@ -179,6 +193,7 @@ func BuildPod(s Spec) *corev1.Pod {
 				ImagePullPolicy:          s.Defaults.ImagePullPolicy,
 				Env:                      env,
 				Resources:                resources,
+				SecurityContext:          s.Defaults.SecurityContext.DeepCopy(),
 				VolumeMounts:             mounts,
 				TerminationMessagePath:   corev1.TerminationMessagePathDefault,
 				TerminationMessagePolicy: corev1.TerminationMessageReadFile,

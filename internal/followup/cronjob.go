@@ -53,6 +53,17 @@ type JobDefaults struct {
 	// AgentJobTTL is how long an agent's periodic job makes runs; 0 means
 	// DefaultAgentJobTTL.
 	AgentJobTTL time.Duration
+	// ImagePullPolicy of the Job's container (the manager's
+	// --image-pull-policy); empty leaves it to the API server's default.
+	ImagePullPolicy corev1.PullPolicy
+	// Resources of the Job's container (--followup-resources).
+	Resources corev1.ResourceRequirements
+	// SecurityContext of the Job's container (--followup-security-context);
+	// nil leaves it to the cluster.
+	SecurityContext *corev1.SecurityContext
+	// PodSecurityContext of the Job's pod (--followup-pod-security-context);
+	// nil leaves it to the cluster.
+	PodSecurityContext *corev1.PodSecurityContext
 }
 
 func (d JobDefaults) agentJobTTL() time.Duration {
@@ -196,10 +207,14 @@ func cronJob(namespace, name, schedule, request string, d JobDefaults) *batchv1.
 					Spec: corev1.PodSpec{
 						RestartPolicy:      corev1.RestartPolicyNever,
 						ServiceAccountName: d.ServiceAccountName,
+						SecurityContext:    d.PodSecurityContext.DeepCopy(),
 						Containers: []corev1.Container{{
-							Name:  "followup",
-							Image: d.Image,
-							Args:  []string{"followup"},
+							Name:            "followup",
+							Image:           d.Image,
+							ImagePullPolicy: d.ImagePullPolicy,
+							Args:            []string{"followup"},
+							Resources:       *d.Resources.DeepCopy(),
+							SecurityContext: d.SecurityContext.DeepCopy(),
 							Env: []corev1.EnvVar{
 								{Name: EnvRequest, Value: request},
 								{Name: EnvJobName, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{

@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"k8s.io/utils/ptr"
@@ -182,6 +185,41 @@ func TestAgentJobCronJobOwnerAndExpiry(t *testing.T) {
 		p := cj.Spec.JobTemplate.Spec.PodFailurePolicy
 		if p == nil || len(p.Rules) != 1 || p.Rules[0].Action != "FailJob" {
 			t.Fatalf("%s: a refusal must not be retried: pod failure policy %+v", tc.job.ID, p)
+		}
+	}
+}
+
+func TestFollowUpJobsCarryTheManagersPodSettings(t *testing.T) {
+	d := JobDefaults{Image: "manager:1", ServiceAccountName: "fu", ImagePullPolicy: corev1.PullAlways,
+		Resources:          corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("32Mi")}},
+		SecurityContext:    &corev1.SecurityContext{ReadOnlyRootFilesystem: ptr.To(true)},
+		PodSecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true)},
+	}
+	parent := &farmv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Name: "ask", Namespace: "ns", UID: "u"}, Spec: farmv1.AgentRunSpec{Trigger: "t"}}
+	child := &farmv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Name: "ask-f1", Namespace: "ns"}, Spec: parent.Spec}
+	wait, err := WaitCronJob(parent, child, time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC), d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rig := &farmv1.DeviceRig{ObjectMeta: metav1.ObjectMeta{Name: "rig", Namespace: "ns", UID: "rig-uid"}}
+	job, err := AgentJobCronJob(parent, rig, contract.Job{Op: contract.JobCreate, ID: "water", Kind: contract.JobPeriodic, Schedule: "0 9 * * *"}, time.Now(), d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cj := range []*batchv1.CronJob{wait, job} {
+		spec := cj.Spec.JobTemplate.Spec.Template.Spec
+		c := spec.Containers[0]
+		if c.Image != "manager:1" || c.ImagePullPolicy != corev1.PullAlways || spec.ServiceAccountName != "fu" {
+			t.Errorf("%s: image %q pull policy %q sa %q", cj.Name, c.Image, c.ImagePullPolicy, spec.ServiceAccountName)
+		}
+		if c.Resources.Requests.Memory().Cmp(resource.MustParse("32Mi")) != 0 {
+			t.Errorf("%s: resources %+v", cj.Name, c.Resources)
+		}
+		if c.SecurityContext == nil || !*c.SecurityContext.ReadOnlyRootFilesystem || spec.SecurityContext == nil || !*spec.SecurityContext.RunAsNonRoot {
+			t.Errorf("%s: security contexts %+v %+v", cj.Name, c.SecurityContext, spec.SecurityContext)
+		}
+		if c.SecurityContext == d.SecurityContext || spec.SecurityContext == d.PodSecurityContext {
+			t.Errorf("%s: the job template aliases the manager's defaults", cj.Name)
 		}
 	}
 }

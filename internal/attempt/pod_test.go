@@ -1,0 +1,70 @@
+package attempt
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+)
+
+func podSpecFor(run *farmv1.AgentRun, d Defaults) *corev1.Pod {
+	rig := &farmv1.DeviceRig{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "rig"},
+		Spec: farmv1.DeviceRigSpec{NodeName: "node", Endpoint: farmv1.RigEndpoint{URL: "http://rig/mcp"}}}
+	return BuildPod(Spec{Run: run, Rig: rig, Attempt: 1, Defaults: d})
+}
+
+func TestBuildPodCarriesTheManagersDefaults(t *testing.T) {
+	d := Defaults{
+		Image: "loop:1", ServiceAccountName: "sa", ImagePullPolicy: corev1.PullNever,
+		Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")},
+		},
+		SecurityContext:    &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false)},
+		PodSecurityContext: &corev1.PodSecurityContext{RunAsUser: ptr.To[int64](1000), FSGroup: ptr.To[int64](1000)},
+	}
+	run := &farmv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "run"}}
+	pod := podSpecFor(run, d)
+	c := pod.Spec.Containers[0]
+	if c.Image != "loop:1" || c.ImagePullPolicy != corev1.PullNever || pod.Spec.ServiceAccountName != "sa" {
+		t.Errorf("image %q pull %q sa %q", c.Image, c.ImagePullPolicy, pod.Spec.ServiceAccountName)
+	}
+	if c.Resources.Requests.Cpu().Cmp(resource.MustParse("100m")) != 0 || c.Resources.Limits.Memory().Cmp(resource.MustParse("512Mi")) != 0 {
+		t.Errorf("resources %+v", c.Resources)
+	}
+	if c.SecurityContext == nil || *c.SecurityContext.AllowPrivilegeEscalation {
+		t.Errorf("container securityContext %+v", c.SecurityContext)
+	}
+	if pod.Spec.SecurityContext == nil || *pod.Spec.SecurityContext.RunAsUser != 1000 {
+		t.Errorf("pod securityContext %+v", pod.Spec.SecurityContext)
+	}
+	// The pod owns copies: changing it leaves the defaults alone.
+	c.Resources.Requests[corev1.ResourceCPU] = resource.MustParse("4")
+	*pod.Spec.SecurityContext.RunAsUser = 0
+	*c.SecurityContext.AllowPrivilegeEscalation = true
+	if d.Resources.Requests.Cpu().Cmp(resource.MustParse("100m")) != 0 || *d.PodSecurityContext.RunAsUser != 1000 || *d.SecurityContext.AllowPrivilegeEscalation {
+		t.Error("the pod aliases the manager's defaults")
+	}
+
+	// A run's spec.pod.resources replaces the default resources whole.
+	run.Spec.Pod = &farmv1.PodOverrides{Image: "mine:2", Resources: &corev1.ResourceRequirements{
+		Limits: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}}}
+	c = podSpecFor(run, d).Spec.Containers[0]
+	if c.Image != "mine:2" || len(c.Resources.Requests) != 0 || c.Resources.Limits.Cpu().Cmp(resource.MustParse("2")) != 0 {
+		t.Errorf("spec.pod did not override: image %q resources %+v", c.Image, c.Resources)
+	}
+}
+
+func TestBuildPodWithoutDefaultsSetsNoSecurityContext(t *testing.T) {
+	pod := podSpecFor(&farmv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "run"}}, Defaults{Image: "loop"})
+	if pod.Spec.SecurityContext != nil || pod.Spec.Containers[0].SecurityContext != nil {
+		t.Errorf("security contexts %+v %+v, want none", pod.Spec.SecurityContext, pod.Spec.Containers[0].SecurityContext)
+	}
+	if r := pod.Spec.Containers[0].Resources; len(r.Requests)+len(r.Limits) != 0 {
+		t.Errorf("resources %+v, want none", r)
+	}
+}
