@@ -51,6 +51,18 @@ vet: ## go vet.
 build: ## Build every binary into bin/.
 	$(GO) build -o bin/ ./cmd/...
 
+##@ Images
+
+PLATFORMS ?= linux/amd64,linux/arm64
+
+.PHONY: images
+images: ## Build the OCI images into bin/images and rignode's release binaries into bin/release; REGISTRY=host:port pushes them.
+	$(GO) run ./hack/images --platforms $(PLATFORMS) $(if $(REGISTRY),--push $(REGISTRY))
+
+.PHONY: registry
+registry: ## Build (once) the pinned CNCF Distribution registry from source into the cache.
+	hack/build-registry.sh >/dev/null
+
 ##@ Tests
 
 .PHONY: k8s
