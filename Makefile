@@ -74,11 +74,19 @@ helm: ## Build (once) the pinned helm CLI from source into the cache.
 	hack/build-helm.sh >/dev/null
 
 .PHONY: chart-check
-chart-check: helm ## helm lint and helm template the chart.
+chart-check: helm ## helm lint and helm template the chart; its schema must refuse a typo.
 	$$(hack/build-helm.sh --print) lint --strict charts/clawfarm
 	$$(hack/build-helm.sh --print) template clawfarm charts/clawfarm --namespace clawfarm-system >/dev/null
 	$$(hack/build-helm.sh --print) template clawfarm charts/clawfarm --namespace clawfarm-system \
 		--set runs.namespaces='{farm-a,farm-b}' --set metrics.enabled=false --set manager.replicas=1 >/dev/null
+	$$(hack/build-helm.sh --print) template clawfarm charts/clawfarm --namespace clawfarm-system \
+		--set metrics.serviceMonitor.enabled=true --set metrics.dashboard.enabled=true --set manager.replicas=3 \
+		--set rignode.rbac.create=true --set 'rignode.rbac.subjects[0].kind=Group' --set 'rignode.rbac.subjects[0].name=system:nodes' \
+		--set 'imagePullSecrets[0].name=regcred' \
+		--set image.manager.digest=sha256:0000000000000000000000000000000000000000000000000000000000000000 >/dev/null
+	@if $$(hack/build-helm.sh --print) template clawfarm charts/clawfarm --set manager.replica=2 >/dev/null 2>&1; then \
+		echo "chart-check: the chart rendered with manager.replica=2; values.schema.json must refuse unknown values"; exit 1; fi
+	@echo "chart-check: values.schema.json refuses manager.replica=2, as it must"
 
 .PHONY: test
 test: k8s helm ## Run every test: envtest on the real kube-apiserver and etcd, the chart through helm.
