@@ -22,6 +22,30 @@ type object = map[string]any
 
 func renderChart(t *testing.T, args ...string) []object {
 	t.Helper()
+	objs, stderr, err := renderChartErr(t, args...)
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, stderr)
+	}
+	return objs
+}
+
+// renderChartErr runs helm template on the chart and returns its objects, or
+// helm's error and stderr.
+func renderChartErr(t *testing.T, args ...string) ([]object, string, error) {
+	t.Helper()
+	cmd := exec.Command(helmBinary(t), append([]string{"template", "t", "../../charts/clawfarm", "--namespace", "farm"}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, stderr.String(), err
+	}
+	return decodeAll(t, out), stderr.String(), nil
+}
+
+// helmBinary is $HELM (make test sets it), else the one hack/build-helm.sh built.
+func helmBinary(t *testing.T) string {
+	t.Helper()
 	helm := os.Getenv("HELM")
 	if helm == "" {
 		out, err := exec.Command("../../hack/build-helm.sh", "--print").Output()
@@ -33,14 +57,7 @@ func renderChart(t *testing.T, args ...string) []object {
 	if _, err := os.Stat(helm); err != nil {
 		t.Fatalf("helm is not built (%v): run hack/build-helm.sh, as `make test` does", err)
 	}
-	cmd := exec.Command(helm, append([]string{"template", "t", "../../charts/clawfarm", "--namespace", "farm"}, args...)...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("helm template: %v\n%s", err, stderr.String())
-	}
-	return decodeAll(t, out)
+	return helm
 }
 
 func decodeAll(t *testing.T, b []byte) []object {
@@ -89,16 +106,7 @@ func TestChartDeploymentArgsAreManagerFlags(t *testing.T) {
 	if dep == nil {
 		t.Fatal("the chart renders no manager Deployment")
 	}
-	containers := dig(dep, "spec", "template", "spec", "containers").([]any)
-	var args []string
-	for _, a := range dig(containers[0], "args").([]any) {
-		args = append(args, a.(string))
-	}
-	f := newManagerFlags()
-	f.fs.SetOutput(io.Discard)
-	if err := f.fs.Parse(args); err != nil {
-		t.Fatalf("the chart passes args the manager refuses: %v\nargs: %q", err, args)
-	}
+	f := chartManagerFlags(t, dep)
 	if !*f.leaderElect || *f.leaderNamespace != "farm" {
 		t.Errorf("leader election: %v in %q, want on in the release namespace", *f.leaderElect, *f.leaderNamespace)
 	}
@@ -123,12 +131,31 @@ func TestChartDeploymentArgsAreManagerFlags(t *testing.T) {
 	}
 }
 
+// chartManagerFlags parses the args the chart gives the manager container
+// of dep with the manager's own flag set.
+func chartManagerFlags(t *testing.T, dep object) *managerFlags {
+	t.Helper()
+	containers := dig(dep, "spec", "template", "spec", "containers").([]any)
+	var args []string
+	for _, a := range dig(containers[0], "args").([]any) {
+		args = append(args, a.(string))
+	}
+	f := newManagerFlags()
+	var out bytes.Buffer
+	f.fs.SetOutput(&out)
+	if err := f.parse(args); err != nil {
+		t.Fatalf("the chart passes args the manager refuses: %v\n%s\nargs: %q", err, out.String(), args)
+	}
+	return f
+}
+
 func TestChartRolesAreTheGeneratedOnes(t *testing.T) {
-	objs := renderChart(t)
+	objs := renderChart(t, "--set", "rignode.rbac.create=true")
 	for _, c := range []struct{ file, role string }{
 		{"role.yaml", "t-clawfarm-manager"},
 		{"loop_role.yaml", "t-clawfarm-loop"},
 		{"followup_role.yaml", "t-clawfarm-followup"},
+		{"rignode_role.yaml", "t-clawfarm-rignode"},
 	} {
 		b, err := os.ReadFile(filepath.Join("../../config/rbac", c.file))
 		if err != nil {

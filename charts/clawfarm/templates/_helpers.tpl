@@ -21,12 +21,33 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: manager
 {{- end -}}
 
+{{/*
+An image: repository@digest when a digest is set (the tag is ignored), else
+repository:tag, the tag defaulting to the chart's appVersion. Call it with
+(dict "image" .Values.image.manager "chart" .Chart).
+*/}}
+{{- define "clawfarm.image" -}}
+{{- if .image.digest -}}
+{{- printf "%s@%s" .image.repository .image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .image.repository (default .chart.AppVersion .image.tag) -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "clawfarm.managerImage" -}}
-{{- printf "%s:%s" .Values.image.manager.repository (default .Chart.AppVersion .Values.image.manager.tag) -}}
+{{- include "clawfarm.image" (dict "image" .Values.image.manager "chart" .Chart) -}}
 {{- end -}}
 
 {{- define "clawfarm.loopImage" -}}
-{{- printf "%s:%s" .Values.image.loop.repository (default .Chart.AppVersion .Values.image.loop.tag) -}}
+{{- include "clawfarm.image" (dict "image" .Values.image.loop "chart" .Chart) -}}
+{{- end -}}
+
+{{/* imagePullSecrets of a pod or a ServiceAccount, unindented; empty when there are none. */}}
+{{- define "clawfarm.imagePullSecrets" -}}
+{{- with .Values.imagePullSecrets -}}
+imagePullSecrets:
+{{ toYaml . }}
+{{- end -}}
 {{- end -}}
 
 {{/* The namespaces where runs live: runs.namespaces, or the release namespace. */}}
