@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/clawfarm/clawfarm/internal/rignode"
+	"github.com/clawfarm/clawfarm/internal/version"
 )
 
 func main() {
@@ -50,7 +51,10 @@ func run(ctx context.Context, args []string) int {
 	nodeIP := fs.String("node-ip", "", "the node's address, registered as InternalIP and used as every pod's IP (default: the local address that routes to the API server)")
 	port := fs.Int("port", 10250, "kubelet API port (HTTPS; the API server dials it for logs)")
 	address := fs.String("address", "", "address the kubelet API listens on (default: all)")
-	imageMap := fs.String("image-map", "", "image=path,... : the host binary (or image root directory) each image stands for")
+	imageMap := fs.String("image-map", "", "image=path,... : a host binary (or image root directory) that stands for an image instead of pulling it (development)")
+	pullImages := fs.Bool("pull-images", true, "pull the images the image map does not name from their registries; false fails such pods")
+	pullBackoff := fs.Duration("image-pull-backoff", 10*time.Second, "first wait after a failed image pull; it doubles up to 5m")
+	gcKeep := fs.Int("image-gc-keep-unused", 3, "pulled images no pod uses that are kept (the most recently used)")
 	imageMapFile := fs.String("image-map-file", "", "file of image=path lines (# comments); --image-map entries override it")
 	rootDir := fs.String("root-dir", "", "directory for per-pod files: volumes, logs, termination messages (default $TMPDIR/rignode-<node-name>)")
 	labels := fs.String("node-labels", "", "extra node labels, k=v,...")
@@ -93,8 +97,11 @@ func run(ctx context.Context, args []string) int {
 		return fail(2, "%v", err)
 	}
 	images.Merge(m)
-	if len(images) == 0 {
-		return fail(2, "no images mapped: pass --image-map image=/path/to/binary,... or --image-map-file")
+	if len(images) == 0 && !*pullImages {
+		return fail(2, "no way to run an image: --pull-images=false and no --image-map or --image-map-file")
+	}
+	if *gcKeep < 0 {
+		return fail(2, "--image-gc-keep-unused %d: want 0 or more", *gcKeep)
 	}
 	if err := images.Validate(); err != nil {
 		return fail(2, "%v", err)
@@ -161,6 +168,7 @@ func run(ctx context.Context, args []string) int {
 			NodeName: *nodeName, NodeIP: *nodeIP, Images: images, RootDir: *rootDir,
 			APIServer: podServer, APIServerCA: ca,
 			LogMaxSize: maxSize.Value(), LogMaxFiles: *logMaxFiles,
+			PullImages: *pullImages, ImagePullBackoff: *pullBackoff, ImageGCKeepUnused: keepUnused(*gcKeep),
 			Logf: func(f string, a ...any) { logger.Info(fmt.Sprintf(f, a...)) },
 		},
 		Client: client, Port: int32(*port), ListenAddress: *address,
@@ -170,7 +178,7 @@ func run(ctx context.Context, args []string) int {
 	if err != nil {
 		return fail(2, "%v", err)
 	}
-	logger.Info("rignode starting", "node", *nodeName, "ip", *nodeIP, "port", *port, "root", *rootDir, "images", strings.Join(images.Images(), ","))
+	logger.Info("rignode starting", "version", version.String(), "node", *nodeName, "ip", *nodeIP, "port", *port, "root", *rootDir, "pull-images", *pullImages, "image-map", strings.Join(images.Images(), ","))
 	go func() {
 		if err := n.WaitReady(ctx, 2*time.Minute); err == nil {
 			logger.Info("rignode ready", "node", *nodeName)
@@ -224,4 +232,12 @@ func hostMemory() string {
 		}
 	}
 	return "8Gi"
+}
+
+// keepUnused turns the flag's count into the provider's (where 0 means the default).
+func keepUnused(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }

@@ -34,9 +34,10 @@ func TestMain(m *testing.M) {
 
 func TestBadFlagsExitTwo(t *testing.T) {
 	for _, args := range [][]string{
-		{},                                   // no image map
-		{"--image-map", "noequals"},          // not image=path
-		{"--image-map", "x=/does/not/exist"}, // missing binary
+		{"--pull-images=false"},                                         // no way to run an image
+		{"--image-gc-keep-unused=-1"},                                   // a negative count
+		{"--image-map", "noequals"},                                     // not image=path
+		{"--image-map", "x=/does/not/exist"},                            // missing binary
 		{"--image-map", "x=/bin/sh", "--register-with-taints", "k=v"},   // taint without effect
 		{"--image-map", "x=/bin/sh", "--memory", "lots"},                // not a quantity
 		{"--image-map", "x=/bin/sh", "--kubeconfig", "/does/not/exist"}, // no kubeconfig

@@ -27,6 +27,12 @@ type container struct {
 	dir      string // rignode's files for this container: logs, termination-log, pid
 	termFile string
 	imageID  string
+	// paths maps the container's mount paths to host paths; prepare adds the image's.
+	paths      PathMap
+	kubeconfig string
+	// rootDigest is the pulled image root the container runs from (none for
+	// an image-map binary).
+	rootDigest string
 
 	runs    int // how many times the process started
 	state   corev1.ContainerState
@@ -40,16 +46,10 @@ type container struct {
 func (r *podRun) newContainer(spec *corev1.Container, init bool, vs *volumeSet, kubeconfig string) (*container, error) {
 	p := r.p
 	what := fmt.Sprintf("container %q", spec.Name)
-	bin, err := p.cfg.Images.Resolve(spec.Image)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	c := &container{spec: *spec.DeepCopy(), init: init, dir: filepath.Join(r.dir, "containers", spec.Name), imageID: "rignode://" + bin}
+	c := &container{spec: *spec.DeepCopy(), init: init, dir: filepath.Join(r.dir, "containers", spec.Name), kubeconfig: kubeconfig}
 	if err := os.MkdirAll(c.dir, 0o755); err != nil {
 		return nil, err
 	}
-
-	var paths PathMap
 	for _, m := range spec.VolumeMounts {
 		host, ok := vs.paths[m.Name]
 		if !ok {
@@ -61,53 +61,132 @@ func (r *podRun) newContainer(spec *corev1.Container, init bool, vs *volumeSet, 
 				return nil, fmt.Errorf("%s: subPath %s: %w", what, m.SubPath, err)
 			}
 		}
-		paths.Add(m.MountPath, host)
+		c.paths.Add(m.MountPath, host)
 	}
 	termPath := spec.TerminationMessagePath
 	if termPath == "" {
 		termPath = corev1.TerminationMessagePathDefault
 	}
 	c.termFile = filepath.Join(c.dir, "termination-log")
-	paths.Add(termPath, c.termFile)
+	c.paths.Add(termPath, c.termFile)
 
-	// argv: the mapped binary is the image's entrypoint; a mapped directory is
-	// the image's root, in which command[0] is found.
-	st, err := os.Stat(bin)
-	if err != nil {
-		return nil, fmt.Errorf("%s: image %s maps to %s: %w", what, spec.Image, bin, err)
+	// An image the image map names is a host binary (a development
+	// override): ready now. Any other is pulled before the first start.
+	if bin, ok := p.cfg.Images.Lookup(spec.Image); ok {
+		if err := c.prepare(r, imageSource{bin: bin}); err != nil {
+			return nil, err
+		}
+	} else if p.images == nil {
+		_, err := p.cfg.Images.Resolve(spec.Image)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	var args []string
-	switch {
-	case st.IsDir() && len(spec.Command) == 0:
-		return nil, fmt.Errorf("%s: image %s maps to the directory %s, so the container needs a command naming the program in it", what, spec.Image, bin)
-	case st.IsDir():
-		c.argv = []string{filepath.Join(bin, filepath.Clean("/"+spec.Command[0]))}
-		args = append(append(args, spec.Command[1:]...), spec.Args...)
-	case len(spec.Command) > 0:
-		c.argv = []string{bin}
-		args = append(append(args, spec.Command[1:]...), spec.Args...)
-	default:
-		c.argv = []string{bin}
-		args = spec.Args
+	reason := "ContainerCreating"
+	if !init && len(r.pod.Spec.InitContainers) > 0 {
+		reason = "PodInitializing"
 	}
+	c.state = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason}}
+	return c, nil
+}
 
+// imageSource is what a container's image stands for on this host: a host
+// binary or directory the image map names, or a pulled image's root.
+type imageSource struct {
+	bin  string
+	root *imageRoot
+}
+
+// prepare works out the container's process from its image and its spec:
+// argv, environment and working directory, with every path the container
+// expects rewritten to the host path that stands for it.
+func (c *container) prepare(r *podRun, src imageSource) error {
+	p, spec := r.p, &c.spec
+	what := fmt.Sprintf("container %q", spec.Name)
+	paths := c.paths.Clone()
 	env := map[string]string{}
 	for _, kv := range p.cfg.BaseEnv {
 		if k, v, ok := strings.Cut(kv, "="); ok {
 			env[k] = v
 		}
 	}
+
+	var args []string
+	switch {
+	case src.root != nil:
+		// The image's own directories stand for themselves inside its root;
+		// mounts (longer paths) still win. /tmp and the kernel's directories
+		// stay the host's: the root is shared by every pod of the image.
+		entries, err := os.ReadDir(src.root.Dir)
+		if err != nil {
+			return fmt.Errorf("%s: image root: %w", what, err)
+		}
+		for _, e := range entries {
+			switch e.Name() {
+			case "tmp", "dev", "proc", "sys", "run":
+				continue
+			}
+			paths.Add("/"+e.Name(), filepath.Join(src.root.Dir, e.Name()))
+		}
+		for _, kv := range src.root.Config.Env {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				env[k] = paths.Value(v)
+			}
+		}
+		// Kubernetes: command replaces the entrypoint and drops the image's
+		// cmd; args alone replace the cmd.
+		var argv []string
+		switch {
+		case len(spec.Command) > 0:
+			argv = append(append(argv, spec.Command...), spec.Args...)
+		case len(spec.Args) > 0:
+			argv = append(append(argv, src.root.Config.Entrypoint...), spec.Args...)
+		default:
+			argv = append(append(argv, src.root.Config.Entrypoint...), src.root.Config.Cmd...)
+		}
+		if len(argv) == 0 {
+			return fmt.Errorf("%s: image %s has no entrypoint or cmd, and the container no command", what, spec.Image)
+		}
+		c.argv = []string{lookPath(paths.Path(argv[0]), env["PATH"])}
+		args = argv[1:]
+		c.imageID = src.root.ImageID
+		c.rootDigest = src.root.Digest
+	default:
+		bin := src.bin
+		c.imageID = "rignode://" + bin
+		// argv: the mapped binary is the image's entrypoint; a mapped
+		// directory is the image's root, in which command[0] is found.
+		st, err := os.Stat(bin)
+		if err != nil {
+			return fmt.Errorf("%s: image %s maps to %s: %w", what, spec.Image, bin, err)
+		}
+		switch {
+		case st.IsDir() && len(spec.Command) == 0:
+			return fmt.Errorf("%s: image %s maps to the directory %s, so the container needs a command naming the program in it", what, spec.Image, bin)
+		case st.IsDir():
+			c.argv = []string{filepath.Join(bin, filepath.Clean("/"+spec.Command[0]))}
+			args = append(append(args, spec.Command[1:]...), spec.Args...)
+		case len(spec.Command) > 0:
+			c.argv = []string{bin}
+			args = append(append(args, spec.Command[1:]...), spec.Args...)
+		default:
+			c.argv = []string{bin}
+			args = spec.Args
+		}
+	}
+
+	// A writable home and temporary directory of the pod's own, never the
+	// image's shared root.
 	env["HOME"] = r.dir
 	env["HOSTNAME"] = r.pod.Name
 	env["TMPDIR"] = filepath.Join(r.dir, "tmp")
 	if err := os.MkdirAll(env["TMPDIR"], 0o777); err != nil {
-		return nil, err
+		return err
 	}
 	for _, e := range spec.Env {
 		v := e.Value
 		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && v == "" {
+			var err error
 			if v, err = FieldValue(r.pod, e.ValueFrom.FieldRef.FieldPath); err != nil {
-				return nil, fmt.Errorf("%s: env %s: %w", what, e.Name, err)
+				return fmt.Errorf("%s: env %s: %w", what, e.Name, err)
 			}
 		}
 		// Only the container's own values are rewritten: rignode's (HOME,
@@ -119,7 +198,7 @@ func (r *podRun) newContainer(spec *corev1.Container, init bool, vs *volumeSet, 
 		// in-cluster clients at the API server itself.
 		svc, err := serviceEnv(p.cfg.APIServer)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		for k := range env {
 			if strings.HasPrefix(k, "KUBERNETES_PORT_") {
@@ -129,8 +208,8 @@ func (r *podRun) newContainer(spec *corev1.Container, init bool, vs *volumeSet, 
 		for k, v := range svc {
 			env[k] = v
 		}
-		if _, set := env["KUBECONFIG"]; !set && kubeconfig != "" {
-			env["KUBECONFIG"] = kubeconfig
+		if _, set := env["KUBECONFIG"]; !set && c.kubeconfig != "" {
+			env["KUBECONFIG"] = c.kubeconfig
 		}
 	}
 	keys := make([]string, 0, len(env))
@@ -138,22 +217,36 @@ func (r *podRun) newContainer(spec *corev1.Container, init bool, vs *volumeSet, 
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
+	c.env = c.env[:0]
 	for _, k := range keys {
 		c.env = append(c.env, k+"="+env[k])
 	}
 	for _, a := range args {
 		c.argv = append(c.argv, expand(paths.Value(a), env))
 	}
+	// The pod's directory, not the image's working directory: the image's
+	// root is shared by every pod that runs it.
 	c.workDir = r.dir
 	if spec.WorkingDir != "" {
 		c.workDir = paths.Path(spec.WorkingDir)
 	}
-	reason := "ContainerCreating"
-	if !init && len(r.pod.Spec.InitContainers) > 0 {
-		reason = "PodInitializing"
+	return nil
+}
+
+// lookPath finds a command without a slash in PATH (already rewritten to
+// host paths), as a container runtime resolves it in the image; otherwise the
+// name is left for the shim to find.
+func lookPath(cmd, path string) string {
+	if strings.Contains(cmd, "/") {
+		return cmd
 	}
-	c.state = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason}}
-	return c, nil
+	for _, d := range filepath.SplitList(path) {
+		f := filepath.Join(d, cmd)
+		if st, err := os.Stat(f); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			return f
+		}
+	}
+	return cmd
 }
 
 // expand replaces $(VAR) with VAR's value as Kubernetes does; $$ escapes; unknown references stay.

@@ -28,6 +28,15 @@ func (m *PathMap) Add(from, to string) {
 	m.to[from] = to
 }
 
+// Clone is a copy that Add does not share.
+func (m *PathMap) Clone() PathMap {
+	c := PathMap{from: append([]string(nil), m.from...), to: make(map[string]string, len(m.to))}
+	for k, v := range m.to {
+		c.to[k] = v
+	}
+	return c
+}
+
 // Path rewrites one path, or returns it unchanged when no mapping covers it.
 func (m *PathMap) Path(p string) string {
 	if !strings.HasPrefix(p, "/") {

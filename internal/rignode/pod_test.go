@@ -14,6 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/clawfarm/clawfarm/internal/rignode"
 )
 
 func TestPodSucceedsWithExitZeroAndMessage(t *testing.T) {
@@ -52,12 +54,18 @@ func TestFallbackToLogsOnError(t *testing.T) {
 	}
 }
 
-func TestUnknownImageFailsThePod(t *testing.T) {
+// An image from a registry that cannot be reached waits ErrImagePull, as
+// on a kubelet, and the pod stays Pending (retried; the operator's startup
+// timeout bounds it).
+func TestUnreachableRegistryWaitsErrImagePull(t *testing.T) {
 	pod := newPod(t, "exit", "0")
-	pod.Spec.Containers[0].Image = "example.com/nothing:v1"
-	p := waitPod(t, create(t, pod), 30*time.Second, "phase Failed", phaseIs(corev1.PodFailed))
-	if !strings.Contains(p.Status.Message, "example.com/nothing") || !strings.Contains(p.Status.Message, "image map") {
-		t.Fatalf("status message %q does not say which image lacks a mapping", p.Status.Message)
+	pod.Spec.Containers[0].Image = "127.0.0.1:1/nothing:v1"
+	p := waitPod(t, create(t, pod), 30*time.Second, "waiting ErrImagePull", waitingFor(rignode.ReasonErrImagePull))
+	if msg := p.Status.ContainerStatuses[0].State.Waiting.Message; !strings.Contains(msg, "127.0.0.1:1/nothing:v1") || !strings.Contains(msg, "connection refused") {
+		t.Fatalf("message %q does not say which image and why", msg)
+	}
+	if p.Status.Phase != corev1.PodPending {
+		t.Fatalf("phase %s, want Pending", p.Status.Phase)
 	}
 }
 

@@ -2,6 +2,7 @@ package rignode
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -129,6 +130,13 @@ func newPodRun(ctx context.Context, p *Provider, pod *corev1.Pod) (*podRun, erro
 		r.adopted = true
 		for _, c := range r.containers() {
 			c.adopt()
+			// What a pulled image's process runs from, for its status and
+			// so the image is not collected under it.
+			if c.argv == nil && p.images != nil {
+				if root, ok := p.images.local(c.spec.Image); ok {
+					c.imageID, c.rootDigest = root.ImageID, root.Digest
+				}
+			}
 		}
 	} else if err := writeJSON(filepath.Join(r.dir, podRecordFile), recordOf(pod, r.exclusive)); err != nil {
 		return fail(fmt.Errorf("pod record: %w", err))
@@ -264,6 +272,9 @@ func (r *podRun) runOnce(c *container) int32 {
 	sh := c.proc
 	r.mu.Unlock()
 	if sh == nil {
+		if !r.ensureImage(c) {
+			return 0
+		}
 		started, err := r.p.startExclusive(r, c)
 		if !started {
 			return 0
@@ -540,6 +551,86 @@ func (r *podRun) cleanup() {
 	}
 	if err := os.RemoveAll(r.dir); err != nil {
 		r.p.cfg.Logf("pod %s/%s: remove %s: %v", r.pod.Namespace, r.pod.Name, r.dir, err)
+	}
+	go r.p.gcImages()
+}
+
+// ensureImage makes c's image ready before its process first starts: pulled
+// (as its pull policy says) and unpacked, the process worked out from it. A
+// pull that fails is retried with a growing back-off, the container waiting
+// ErrImagePull and then ImagePullBackOff, with the registry's message, as a
+// kubelet reports it; the pod's stop ends the wait (false).
+func (r *podRun) ensureImage(c *container) bool {
+	r.mu.Lock()
+	ready, pod := c.argv != nil, r.pod
+	r.mu.Unlock()
+	if ready {
+		return true
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-r.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	wait := func(d time.Duration) bool {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(d):
+			return true
+		}
+	}
+	report := func(reason, msg string) {
+		r.mu.Lock()
+		c.waiting(reason, msg)
+		r.refreshStatus()
+		r.mu.Unlock()
+		r.publish()
+	}
+	backoff := r.p.cfg.ImagePullBackoff
+	for {
+		root, err := r.p.images.get(ctx, c.spec.Image, c.spec.ImagePullPolicy, keychainOf(ctx, r.p, pod))
+		if err == nil {
+			r.mu.Lock()
+			err = c.prepare(r, imageSource{root: root})
+			r.mu.Unlock()
+			if err == nil {
+				return true
+			}
+			// The image cannot run as the pod asks: only a new pod can fix it.
+			report("CreateContainerError", err.Error())
+			<-ctx.Done()
+			return false
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		reason := ReasonErrImagePull
+		var pe *imagePullError
+		if errors.As(err, &pe) {
+			reason = pe.reason
+		}
+		r.p.cfg.Logf("pod %s/%s: container %s: %v", pod.Namespace, pod.Name, c.spec.Name, err)
+		report(reason, err.Error())
+		if reason == ReasonInvalidImageName {
+			<-ctx.Done()
+			return false
+		}
+		shown := min(backoff, 2*time.Second)
+		if !wait(shown) {
+			return false
+		}
+		if reason == ReasonErrImagePull {
+			report(ReasonImagePullBackOff, fmt.Sprintf("Back-off pulling image %q: %s: %v", c.spec.Image, ReasonErrImagePull, err))
+		}
+		if !wait(backoff - shown) {
+			return false
+		}
+		backoff = min(2*backoff, maxImagePullBackoff)
 	}
 }
 

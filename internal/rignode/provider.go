@@ -2,7 +2,9 @@
 // containers as processes on the host: the dev cluster's node, and a way to
 // run loop pods on rig hosts that cannot run containers (macOS hosts with iPhones).
 //
-// An image maps to a host binary (ImageMap). Volumes are materialised under a
+// A container's image is pulled from its registry and unpacked into a root
+// shared by the pods that run it (images.go); the image map (ImageMap) can
+// stand a host binary in for an image instead, for development. Volumes are materialised under a
 // per-pod directory and the paths a container expects are rewritten into it
 // (PathMap); a pod with a service-account token gets a kubeconfig and KUBECONFIG.
 package rignode
@@ -11,6 +13,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -31,8 +34,18 @@ type Config struct {
 	NodeName string
 	// NodeIP is the node's address; processes share the host network, so it is also every pod's IP.
 	NodeIP string
-	// Images maps images to host binaries.
+	// Images maps images to host binaries: a development override of pulls.
 	Images ImageMap
+	// PullImages pulls the images the image map does not name from their
+	// registries (images.go); without it such an image fails the pod.
+	PullImages bool
+	// ImagePullBackoff is the first wait after a failed pull (default 10s,
+	// the kubelet's); it doubles up to 5 minutes.
+	ImagePullBackoff time.Duration
+	// ImageGCKeepUnused is how many images no pod uses are kept (default 3; negative: none).
+	ImageGCKeepUnused int
+	// RegistryTransport carries registry requests (default: go-containerregistry's).
+	RegistryTransport http.RoundTripper
 	// RootDir holds one directory per pod (volumes, logs, termination messages, kubeconfig).
 	RootDir string
 	// Client reads ConfigMaps, Secrets and claims for volumes and requests service-account tokens.
@@ -70,6 +83,7 @@ type Provider struct {
 	creating map[string]bool
 	notify   func(*corev1.Pod)
 	excl     sync.Mutex // see startExclusive
+	images   *imageStore
 }
 
 // NewProvider checks cfg and returns a provider.
@@ -121,11 +135,53 @@ func NewProvider(cfg Config) (*Provider, error) {
 	if cfg.LogMaxFiles == 0 {
 		cfg.LogMaxFiles = 5
 	}
+	if cfg.ImagePullBackoff <= 0 {
+		cfg.ImagePullBackoff = defaultImagePullBackoff
+	}
+	switch {
+	case cfg.ImageGCKeepUnused == 0:
+		cfg.ImageGCKeepUnused = defaultImageGCKeepUnused
+	case cfg.ImageGCKeepUnused < 0:
+		cfg.ImageGCKeepUnused = 0
+	}
 	p := &Provider{cfg: cfg, pods: map[string]*podRun{}, gone: map[string]*podRun{}, creating: map[string]bool{}}
+	if cfg.PullImages {
+		if p.images, err = newImageStore(filepath.Join(cfg.RootDir, "images"), cfg.ImageGCKeepUnused, cfg.RegistryTransport, cfg.Logf); err != nil {
+			return nil, err
+		}
+	}
 	if err := p.recover(context.Background()); err != nil {
 		return nil, err
 	}
 	return p, nil
+}
+
+// gcImages deletes pulled images no pod on this node uses, beyond the
+// most recently used few.
+func (p *Provider) gcImages() {
+	if p.images == nil {
+		return
+	}
+	p.mu.Lock()
+	var runs []*podRun
+	for _, r := range p.pods {
+		runs = append(runs, r)
+	}
+	for _, r := range p.gone {
+		runs = append(runs, r)
+	}
+	p.mu.Unlock()
+	inUse := map[string]bool{}
+	for _, r := range runs {
+		r.mu.Lock()
+		for _, c := range r.containers() {
+			if c.rootDigest != "" {
+				inUse[c.rootDigest] = true
+			}
+		}
+		r.mu.Unlock()
+	}
+	p.images.gc(inUse)
 }
 
 func podKey(namespace, name string) string { return namespace + "/" + name }

@@ -35,6 +35,8 @@ var (
 	provider *rignode.Provider
 	nodeName = "rig-host-1"
 	nodePort int
+	// rootDir is the provider's root directory.
+	rootDir string
 )
 
 func TestMain(m *testing.M) {
@@ -63,6 +65,7 @@ func runSuite(m *testing.M) int {
 		return 1
 	}
 	root, err := os.MkdirTemp("", "rignode-test-")
+	rootDir = root
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -76,6 +79,7 @@ func runSuite(m *testing.M) int {
 			Images:    rignode.ImageMap{"example.com/helper": self},
 			APIServer: restCfg.Host, APIServerCA: restCfg.CAData,
 			RestartBackoff: 100 * time.Millisecond,
+			PullImages:     true, ImagePullBackoff: 300 * time.Millisecond, ImageGCKeepUnused: 1,
 		},
 		Client: cs, Port: int32(nodePort), ListenAddress: "127.0.0.1", AnonymousAuth: true,
 		Labels: map[string]string{"farm.clawfarm.dev/rig-host": "true"}, Taints: taints,
