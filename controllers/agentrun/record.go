@@ -92,6 +92,11 @@ func (s *step) record(ctx context.Context, pod *corev1.Pod, o attempt.Outcome) {
 		s.materialiseJobs(ctx, pod.Labels[farmv1.LabelRig], o)
 	}
 	v := attempt.Apply(s.run, rec, o)
+	if c := s.stopReason(); o.Class == farmv1.OutcomeCancelled && c != nil && c.phase != farmv1.RunCancelled {
+		// The attempt was stopped for the run's deadline, not by spec.cancel:
+		// the run fails as the stop says (DeadlineExceeded), not Cancelled.
+		v = attempt.Verdict{Phase: c.phase, Reason: c.reason, Message: c.message}
+	}
 	if !v.Phase.Finished() {
 		s.ev.attemptEnded(s.run, pod, rec) // a final phase's own event says how the run ended
 	}
