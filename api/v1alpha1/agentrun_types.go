@@ -416,7 +416,7 @@ type AgentRunStatus struct {
 	// CompletionTime is when the run finished.
 	// +optional
 	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
-	// Conditions: RigLeased, Succeeded, FollowUpScheduled.
+	// Conditions: RigLeased, Succeeded, FollowUpScheduled, Finished.
 	// +listType=map
 	// +listMapKey=type
 	// +optional

@@ -9,6 +9,14 @@ const (
 	ConditionSucceeded = "Succeeded"
 	// ConditionFollowUpScheduled is True while a WAIT follow-up is scheduled or created.
 	ConditionFollowUpScheduled = "FollowUpScheduled"
+	// ConditionFinished is True once the run is in a final phase (Succeeded,
+	// Failed or Cancelled), whatever the outcome, and False before: Pending,
+	// Queued, Running, Retrying and Waiting (a follow-up is still to come).
+	// It is what `kubectl wait --for=condition=Finished` and GitOps tools
+	// wait on; Succeeded says how the run ended. Its reason is
+	// ReasonInProgress, ReasonWaiting, or the final phase (ReasonSucceeded,
+	// ReasonFailed, ReasonCancelled).
+	ConditionFinished = "Finished"
 )
 
 // Condition types of a DeviceRig.
@@ -50,6 +58,15 @@ const (
 	ReasonChainLimitReached = "ChainLimitReached"
 	ReasonFollowUpsDisabled = "FollowUpsDisabled"
 	ReasonPodCreateFailed   = "PodCreateFailed"
+)
+
+// Reasons of the Finished condition besides ReasonWaiting and ReasonCancelled:
+// a run not yet finished is InProgress (or Waiting for its follow-up); a
+// finished one has its final phase as the reason.
+const (
+	ReasonInProgress = "InProgress"
+	ReasonSucceeded  = "Succeeded"
+	ReasonFailed     = "Failed"
 )
 
 // Reasons of a Waiting run whose follow-up cannot be made: the run fails

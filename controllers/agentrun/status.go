@@ -7,11 +7,15 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/internal/conditions"
 )
 
 // writeStatus writes the run's status when this reconcile changed it.
 func (s *step) writeStatus(ctx context.Context) error {
 	s.run.Status.ObservedGeneration = s.run.Generation
+	setFinished(&s.run.Status, s.run.Generation)
 	if equality.Semantic.DeepEqual(s.before, &s.run.Status) {
 		return nil
 	}
@@ -47,4 +51,37 @@ func (s *step) observeStart() {
 		}
 	}
 	observe(leased.Sub(created), started.Sub(created))
+}
+
+// setFinished derives the Finished condition from the phase. Every status
+// write passes through writeStatus, which calls it, so no path that ends a
+// run (a sentinel, cancel, a deadline, a queue timeout, InvalidConfig, a
+// follow-up made) can leave Finished behind its phase, and a run written by
+// an operator that did not know the condition gets it on its next reconcile.
+// Waiting is not finished: a follow-up is still to come, and the run ends
+// Succeeded (FollowedUp) or Failed once it has.
+func setFinished(st *farmv1.AgentRunStatus, gen int64) {
+	phase := st.Phase
+	if phase == "" {
+		phase = farmv1.RunPending
+	}
+	how := ""
+	if c := conditions.Get(st.Conditions, farmv1.ConditionSucceeded); c != nil && c.Message != "" {
+		how = ": " + c.Message
+	}
+	switch {
+	case phase.Finished():
+		if c := conditions.Get(st.Conditions, farmv1.ConditionSucceeded); c != nil {
+			how = " (" + c.Reason + ")" + how
+		}
+		conditions.True(&st.Conditions, gen, farmv1.ConditionFinished, string(phase), "the run ended "+string(phase)+how)
+	case phase == farmv1.RunWaiting:
+		msg := "the run waits for its follow-up" + how
+		if fu := st.FollowUp; fu != nil && fu.Run != "" && fu.FireTime != nil {
+			msg = fmt.Sprintf("the run waits for its follow-up %s at %s%s", fu.Run, fu.FireTime.UTC().Format(time.RFC3339), how)
+		}
+		conditions.False(&st.Conditions, gen, farmv1.ConditionFinished, farmv1.ReasonWaiting, msg)
+	default:
+		conditions.False(&st.Conditions, gen, farmv1.ConditionFinished, farmv1.ReasonInProgress, "the run is "+string(phase)+how)
+	}
 }

@@ -45,6 +45,9 @@ var (
 	kubelet *fakekubelet.Kubelet
 	stopMgr context.CancelFunc
 	mgrDone chan struct{}
+	// finished checks the Finished condition on every stored version of
+	// every run (finished_test.go).
+	finished *finishedWatch
 )
 
 func TestMain(m *testing.M) {
@@ -57,10 +60,16 @@ func TestMain(m *testing.M) {
 	ctx, cancel := context.WithCancel(context.Background())
 	kubelet = &fakekubelet.Kubelet{Client: k8s, Script: scripts.run}
 	go kubelet.Run(ctx)
+	finished = watchFinished()
 	stopMgr, mgrDone = startManager()
 	code := m.Run()
 	stopMgr()
 	<-mgrDone
+	if broken := finished.stop(); len(broken) > 0 {
+		fmt.Fprintf(os.Stderr, "the Finished condition disagrees with the phase in %d stored versions of AgentRuns:\n  %s\n",
+			len(broken), strings.Join(broken, "\n  "))
+		code = 1
+	}
 	cancel()
 	env.Stop()
 	os.Exit(code)
