@@ -53,6 +53,7 @@ func run(ctx context.Context, args []string) int {
 	address := fs.String("address", "", "address the kubelet API listens on (default: all)")
 	imageMap := fs.String("image-map", "", "image=path,... : a host binary (or image root directory) that stands for an image instead of pulling it (development)")
 	pullImages := fs.Bool("pull-images", true, "pull the images the image map does not name from their registries; false fails such pods")
+	allowedImages := fs.String("allowed-images", "", "comma-separated image prefixes this node runs (registry.example.com/clawfarm/); empty allows any")
 	pullBackoff := fs.Duration("image-pull-backoff", 10*time.Second, "first wait after a failed image pull; it doubles up to 5m")
 	gcKeep := fs.Int("image-gc-keep-unused", 3, "pulled images no pod uses that are kept (the most recently used)")
 	imageMapFile := fs.String("image-map-file", "", "file of image=path lines (# comments); --image-map entries override it")
@@ -168,7 +169,7 @@ func run(ctx context.Context, args []string) int {
 			NodeName: *nodeName, NodeIP: *nodeIP, Images: images, RootDir: *rootDir,
 			APIServer: podServer, APIServerCA: ca,
 			LogMaxSize: maxSize.Value(), LogMaxFiles: *logMaxFiles,
-			PullImages: *pullImages, ImagePullBackoff: *pullBackoff, ImageGCKeepUnused: keepUnused(*gcKeep),
+			PullImages: *pullImages, AllowedImages: splitList(*allowedImages), ImagePullBackoff: *pullBackoff, ImageGCKeepUnused: keepUnused(*gcKeep),
 			Logf: func(f string, a ...any) { logger.Info(fmt.Sprintf(f, a...)) },
 		},
 		Client: client, Port: int32(*port), ListenAddress: *address,
@@ -240,4 +241,15 @@ func keepUnused(n int) int {
 		return -1
 	}
 	return n
+}
+
+// splitList reads a comma-separated flag, dropping empty entries.
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }

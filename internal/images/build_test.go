@@ -201,4 +201,3 @@ func TestTag(t *testing.T) {
 		t.Errorf("Tag: %q", got)
 	}
 }
-

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -591,6 +592,13 @@ func (r *podRun) ensureImage(c *container) bool {
 		r.mu.Unlock()
 		r.publish()
 	}
+	if allowed := r.p.cfg.AllowedImages; len(allowed) > 0 && !hasAnyPrefix(c.spec.Image, allowed) {
+		// Refused for good: the operator reads "denied" as a configuration error.
+		report(ReasonErrImagePull, fmt.Sprintf("pull access denied for %q: this node runs only images under %s (rignode --allowed-images)",
+			c.spec.Image, strings.Join(allowed, ", ")))
+		<-ctx.Done()
+		return false
+	}
 	backoff := r.p.cfg.ImagePullBackoff
 	for {
 		root, err := r.p.images.get(ctx, c.spec.Image, c.spec.ImagePullPolicy, keychainOf(ctx, r.p, pod))
@@ -666,4 +674,13 @@ func serviceEnv(apiServer string) (map[string]string, error) {
 		"KUBERNETES_SERVICE_PORT_HTTPS": port,
 		"KUBERNETES_PORT":               "tcp://" + net.JoinHostPort(host, port),
 	}, nil
+}
+
+func hasAnyPrefix(s string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
 }

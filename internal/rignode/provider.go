@@ -39,6 +39,8 @@ type Config struct {
 	// PullImages pulls the images the image map does not name from their
 	// registries (images.go); without it such an image fails the pod.
 	PullImages bool
+	// AllowedImages are the image prefixes this node runs; empty allows any.
+	AllowedImages []string
 	// ImagePullBackoff is the first wait after a failed pull (default 10s,
 	// the kubelet's); it doubles up to 5 minutes.
 	ImagePullBackoff time.Duration

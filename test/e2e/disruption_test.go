@@ -103,9 +103,10 @@ func killManager(t *testing.T) int {
 		p.Kill()
 		return p.PID
 	}
-	// The chart's manager is a pod rignode runs as a host process: find it by
-	// its binary and this cluster's metrics port.
-	bin := filepath.Join(cluster.Root, "bin", "manager")
+	// The chart's manager is a pod rignode runs as a host process, from the
+	// manager image it unpacked under the node's root directory: find it by
+	// that binary and this cluster's metrics port.
+	bin := filepath.Join(cluster.Dir, "nodes", devcluster.SystemNode, "images", "roots") + "/"
 	port := fmt.Sprintf("127.0.0.1:%d", cluster.Ports().ManagerMetrics)
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
@@ -118,7 +119,7 @@ func killManager(t *testing.T) int {
 			continue
 		}
 		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		if len(args) > 1 && args[0] == bin && strings.Contains(string(b), port) {
+		if len(args) > 1 && strings.HasPrefix(args[0], bin) && strings.HasSuffix(args[0], "/usr/local/bin/manager") && strings.Contains(string(b), port) {
 			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 				t.Fatalf("kill the manager (pid %d): %v", pid, err)
 			}

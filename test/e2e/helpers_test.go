@@ -38,6 +38,7 @@ const (
 	rigCancel
 	rigHostKill
 	rigHostPause
+	rigBadImage
 )
 
 // slowTaps makes every touch take 5 s (100 s of rig time × rigsim's 0.05

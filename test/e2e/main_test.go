@@ -31,7 +31,7 @@ import (
 var cluster *devcluster.Cluster
 
 // rigCount is how many rigs the suite's cluster has: one per parallel test.
-const rigCount = 13
+const rigCount = 14
 
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
@@ -65,6 +65,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	fmt.Fprintf(os.Stderr, "e2e: dev cluster up in %.0fs (%s)\n", time.Since(begin).Seconds(), dir)
+	images := watchImages(ctx)
 	done := make(chan int, 1)
 	go func() { done <- m.Run() }()
 	var code int
@@ -73,6 +74,14 @@ func run(m *testing.M) int {
 	case <-ctx.Done():
 		fmt.Fprintln(os.Stderr, "e2e: interrupted; stopping the dev cluster")
 		code = 1
+	}
+	if code == 0 && ctx.Err() == nil {
+		if err := images.check(); err != nil {
+			fmt.Fprintln(os.Stderr, "--- FAIL: every operator pod runs an image from the dev cluster's registry:", err)
+			code = 1
+		} else {
+			fmt.Fprintln(os.Stderr, "e2e: every operator pod ran from the registry:", images.summary())
+		}
 	}
 	if code != 0 {
 		dumpCluster()

@@ -40,6 +40,7 @@ type Cluster struct {
 	started time.Time
 	mu      sync.Mutex
 	procs   []*Proc
+	images  map[string]string // image name → <registry>/clawfarm/<name>@sha256:…
 }
 
 // Binaries of the project the cluster runs, built into bin/.
@@ -86,6 +87,7 @@ func Up(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		{"kube-apiserver", c.startAPIServer},
 		{"kube-controller-manager and kube-scheduler", c.startControllers},
 		{"rigsim and modelsim", c.startSimulators},
+		{"the registry and the images", c.startRegistry},
 		{"rignode (nodes " + SystemNode + ", " + RigNode + ")", c.startNodes},
 		{"the operator (" + string(cfg.Manager) + ")", c.installOperator},
 		{fmt.Sprintf("%d DeviceRigs", cfg.Rigs), c.registerRigs},
@@ -116,8 +118,11 @@ func (c *Cluster) prepare(ctx context.Context) error {
 			}
 		}
 		c.Log("building %s into bin/ (go build)", strings.Join(names, ", "))
-		cmd := exec.CommandContext(ctx, "go", append([]string{"build", "-o", filepath.Join(c.Root, "bin") + "/"}, pkgs...)...)
+		// The images' flags (static, trimmed paths): the image build then
+		// reuses this build's compiled packages and only links.
+		cmd := exec.CommandContext(ctx, "go", append([]string{"build", "-trimpath", "-o", filepath.Join(c.Root, "bin") + "/"}, pkgs...)...)
 		cmd.Dir, cmd.Stdout, cmd.Stderr = c.Root, os.Stderr, os.Stderr
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if err := cmd.Run(); err != nil {
 			return fmt.Errorf("go build: %w", err)
 		}
@@ -144,7 +149,7 @@ func (c *Cluster) prepare(ctx context.Context) error {
 			return fmt.Errorf("%s is missing from %s; run hack/build-k8s.sh", b, c.k8s)
 		}
 	}
-	for _, d := range []string{"etcd", "logs", "nodes", "rigs"} {
+	for _, d := range []string{"etcd", "logs", "nodes", "rigs", "registry", "images"} {
 		if err := os.RemoveAll(filepath.Join(c.Dir, d)); err != nil {
 			return fmt.Errorf("clean %s: %w", d, err)
 		}
@@ -199,7 +204,8 @@ func (c *Cluster) checkPorts() error {
 	named := map[string]int{"etcd": p.Etcd, "etcd peer": p.EtcdPeer, "kube-apiserver": p.APIServer,
 		"kube-controller-manager": p.ControllerManager, "kube-scheduler": p.Scheduler,
 		"rignode " + SystemNode: p.SystemKubelet, "rignode " + RigNode: p.RigKubelet,
-		"manager metrics": p.ManagerMetrics, "manager probes": p.ManagerProbes, "modelsim": p.Modelsim, "rigsim": p.Rigsim}
+		"manager metrics": p.ManagerMetrics, "manager probes": p.ManagerProbes, "modelsim": p.Modelsim, "rigsim": p.Rigsim,
+		"registry": p.Registry}
 	var taken []string
 	for what, port := range named {
 		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
@@ -354,10 +360,10 @@ func (c *Cluster) startSimulators(ctx context.Context) error {
 }
 
 // startNodes starts two rignode agents: the untainted system node (the
-// manager, follow-up Jobs) and the tainted rig host (loop pods).
+// manager, follow-up Jobs) and the tainted rig host (loop pods). They pull
+// every image from the cluster's registry.
 func (c *Cluster) startNodes(ctx context.Context) error {
 	p := c.Ports()
-	images := fmt.Sprintf("clawfarm/loop=%s,clawfarm/manager=%s", c.bin("loop"), c.bin("manager"))
 	var procs []*Proc
 	for _, n := range []struct {
 		name   string
@@ -371,7 +377,8 @@ func (c *Cluster) startNodes(ctx context.Context) error {
 		args := rignodeArgs(rignodeSettings{
 			Kubeconfig: c.kubeconfigOf("node-" + n.name), Node: n.name, Port: n.port,
 			Cert: c.pki.File("node-" + n.name + ".crt"), Key: c.pki.File("node-" + n.name + ".key"), CA: c.pki.File("ca.crt"),
-			Root: filepath.Join(c.Dir, "nodes", n.name), Images: images, Labels: n.labels, Taint: n.taint,
+			Root: filepath.Join(c.Dir, "nodes", n.name), Labels: n.labels, Taint: n.taint,
+			AllowedImages: c.RegistryHost() + "/",
 		})
 		proc, err := c.run("rignode-"+n.name, c.bin("rignode"), args, nil)
 		if err != nil {

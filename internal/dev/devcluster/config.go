@@ -31,9 +31,6 @@ const (
 	RunNamespace = "default"
 	// ModelSecret holds the model key every dev run references.
 	ModelSecret = "model-key"
-	// LoopImage and ManagerImage are the images the chart names; rignode maps them to bin/.
-	LoopImage    = "clawfarm/loop:dev"
-	ManagerImage = "clawfarm/manager:dev"
 )
 
 // Manager says how the operator runs.
@@ -70,6 +67,8 @@ type Config struct {
 	Build bool
 	// K8sDir is where the control-plane binaries are (default: hack/build-k8s.sh's answer).
 	K8sDir string
+	// RegistryBin is the Distribution registry (default: hack/build-registry.sh's answer).
+	RegistryBin string
 	// Log receives progress lines (default os.Stderr).
 	Log func(format string, args ...any)
 }
@@ -80,6 +79,7 @@ type Ports struct {
 	SystemKubelet, RigKubelet                               int
 	ManagerMetrics, ManagerProbes                           int
 	Modelsim, Rigsim                                        int
+	Registry                                                int
 }
 
 // Ports returns the port of each component.
@@ -88,12 +88,12 @@ func (c Config) Ports() Ports {
 	return Ports{
 		Etcd: b, EtcdPeer: b + 1, APIServer: b + 2, ControllerManager: b + 3, Scheduler: b + 4,
 		SystemKubelet: b + 5, RigKubelet: b + 6, ManagerMetrics: b + 7, ManagerProbes: b + 8,
-		Modelsim: b + 9, Rigsim: b + 10,
+		Modelsim: b + 9, Rigsim: b + 10, Registry: b + 11,
 	}
 }
 
 // PortCount is how many consecutive ports a cluster uses.
-const PortCount = 11
+const PortCount = 12
 
 // DefaultBasePort is the first port of the default cluster.
 const DefaultBasePort = 17400

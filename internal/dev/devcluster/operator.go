@@ -84,7 +84,7 @@ subjects:
 }
 
 // renderChart runs `helm template` on charts/clawfarm with the dev cluster's
-// values: the images rignode maps to bin/, one replica, loopback ports, a
+// values: the images in its registry, by digest, one replica, loopback ports, a
 // fast rig probe, runs in the default namespace.
 func (c *Cluster) renderChart(ctx context.Context) (string, error) {
 	cmd := exec.CommandContext(ctx, filepath.Join(c.Root, "hack", "build-helm.sh"))
@@ -95,12 +95,12 @@ func (c *Cluster) renderChart(ctx context.Context) (string, error) {
 	}
 	helm := strings.TrimSpace(string(out))
 	p := c.Ports()
-	repo := func(image string) string { r, _, _ := strings.Cut(image, ":"); return r }
-	tag := func(image string) string { _, t, _ := strings.Cut(image, ":"); return t }
+	repo := func(name string) string { r, _, _ := strings.Cut(c.Image(name), "@"); return r }
+	digest := func(name string) string { _, d, _ := strings.Cut(c.Image(name), "@"); return d }
 	args := []string{"template", "clawfarm", filepath.Join(c.Root, "charts", "clawfarm"),
 		"--namespace", OperatorNamespace, "--include-crds",
-		"--set", "image.manager.repository=" + repo(ManagerImage), "--set", "image.manager.tag=" + tag(ManagerImage),
-		"--set", "image.loop.repository=" + repo(LoopImage), "--set", "image.loop.tag=" + tag(LoopImage),
+		"--set", "image.manager.repository=" + repo("manager"), "--set", "image.manager.digest=" + digest("manager"),
+		"--set", "image.loop.repository=" + repo("loop"), "--set", "image.loop.digest=" + digest("loop"),
 		"--set", "manager.replicas=1",
 		"--set", fmt.Sprintf("metrics.port=%d", p.ManagerMetrics),
 		"--set", fmt.Sprintf("manager.probePort=%d", p.ManagerProbes),
@@ -162,7 +162,7 @@ func (c *Cluster) managerArgs() []string {
 	return []string{
 		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", p.ManagerMetrics),
 		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", p.ManagerProbes),
-		"--loop-image=" + LoopImage, "--manager-image=" + ManagerImage,
+		"--loop-image=" + c.Image("loop"), "--manager-image=" + c.Image("manager"),
 		"--loop-service-account=clawfarm-loop", "--followup-service-account=clawfarm-followup",
 		"--rig-probe-interval=" + c.RigProbeInterval.String(),
 		"--pod-startup-timeout=2m", "--node-lost-grace=2m",

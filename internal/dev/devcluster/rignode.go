@@ -13,8 +13,12 @@ type rignodeSettings struct {
 	Kubeconfig, Node string
 	Port             int
 	Cert, Key, CA    string
-	Root, Images     string
-	Labels, Taint    string
+	Root             string
+	// AllowedImages is the --allowed-images prefix (the cluster's registry).
+	AllowedImages string
+	// ImageMap is an optional --image-map (development override of pulls).
+	ImageMap      string
+	Labels, Taint string
 }
 
 // rignodeArgs renders rignode's flags (docs/rignode.md).
@@ -23,7 +27,13 @@ func rignodeArgs(s rignodeSettings) []string {
 		"--kubeconfig=" + s.Kubeconfig, "--node-name=" + s.Node,
 		"--node-ip=127.0.0.1", "--address=127.0.0.1", fmt.Sprintf("--port=%d", s.Port),
 		"--tls-cert-file=" + s.Cert, "--tls-private-key-file=" + s.Key, "--client-ca-file=" + s.CA,
-		"--root-dir=" + s.Root, "--image-map=" + s.Images,
+		"--root-dir=" + s.Root, "--image-pull-backoff=2s",
+	}
+	if s.AllowedImages != "" {
+		args = append(args, "--allowed-images="+s.AllowedImages)
+	}
+	if s.ImageMap != "" {
+		args = append(args, "--image-map="+s.ImageMap)
 	}
 	if s.Labels != "" {
 		args = append(args, "--node-labels="+s.Labels)

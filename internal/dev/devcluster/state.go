@@ -23,6 +23,8 @@ type state struct {
 	K8sDir     string    `json:"k8sDir"`
 	Started    time.Time `json:"started"`
 	Procs      []*Proc   `json:"procs"`
+	// Images are the project's images in the cluster's registry, by digest.
+	Images map[string]string `json:"images,omitempty"`
 }
 
 // Down stops every process, newest first: the operator and the nodes (and
@@ -83,7 +85,7 @@ func stopAll(procs []*Proc, log func(string, ...any)) {
 func (c *Cluster) saveState() error {
 	c.mu.Lock()
 	st := state{Root: c.Root, BasePort: c.BasePort, Rigs: c.Rigs, Manager: c.Manager, Kubeconfig: c.Kubeconfig,
-		K8sDir: c.k8s, Started: c.started, Procs: c.procs}
+		K8sDir: c.k8s, Started: c.started, Procs: c.procs, Images: c.images}
 	b, err := json.MarshalIndent(st, "", "  ")
 	c.mu.Unlock()
 	if err != nil {

@@ -1,0 +1,165 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/internal/dev/devcluster"
+)
+
+// A run whose pod names an image the registry does not have: the loop
+// container waits ErrImagePull with the registry's "not found", and the run
+// fails InvalidConfig with that message instead of waiting out its startup
+// timeout or retrying.
+func TestMissingImageFailsInvalidConfig(t *testing.T) {
+	t.Parallel()
+	image := cluster.RegistryHost() + "/clawfarm/no-such-image:v0"
+	run := newRun("e2e-bad-image", rigBadImage, "timer", "Set a 5 minute timer in the Clock app and start it.")
+	run.Spec.Pod = &farmv1.PodOverrides{Image: image}
+	create(t, run)
+	var pulled string
+	waitRun(t, "e2e-bad-image", 2*time.Minute, "its pod waiting ErrImagePull", func(r *farmv1.AgentRun) bool {
+		for _, p := range podsOf(t, "e2e-bad-image") {
+			for _, cs := range p.Status.ContainerStatuses {
+				if w := cs.State.Waiting; w != nil && (w.Reason == "ErrImagePull" || w.Reason == "ImagePullBackOff") {
+					pulled = w.Reason + ": " + w.Message
+				}
+			}
+		}
+		return pulled != "" || r.Status.Phase.Finished()
+	})
+	r := waitFinished(t, "e2e-bad-image", farmv1.RunFailed)
+	if succeededReason(r) != farmv1.ReasonInvalidConfig {
+		t.Fatalf("reason %q, want InvalidConfig (%s)", succeededReason(r), attemptsSummary(r))
+	}
+	msg := ""
+	for _, c := range r.Status.Conditions {
+		if c.Type == farmv1.ConditionSucceeded {
+			msg = c.Message
+		}
+	}
+	if !strings.Contains(msg, image) || !strings.Contains(msg, "not found") || !strings.Contains(msg, "MANIFEST_UNKNOWN") {
+		t.Fatalf("the run's message %q does not carry the registry's answer for %s", msg, image)
+	}
+	if r.Status.Attempt != 1 {
+		t.Fatalf("%d attempts: a configuration error is not retried", r.Status.Attempt)
+	}
+	t.Logf("pod: %s; run: %s", pulled, msg)
+	rigFree(t, rigBadImage)
+
+	// An image from outside the nodes' --allowed-images is refused by the
+	// node before any pull, and fails the run the same way.
+	other := "example.com/clawfarm/loop:v0"
+	run = newRun("e2e-foreign-image", rigBadImage, "timer", "Set a 5 minute timer in the Clock app and start it.")
+	run.Spec.Pod = &farmv1.PodOverrides{Image: other}
+	create(t, run)
+	r = waitFinished(t, "e2e-foreign-image", farmv1.RunFailed)
+	msg = ""
+	for _, c := range r.Status.Conditions {
+		if c.Type == farmv1.ConditionSucceeded {
+			msg = c.Message
+		}
+	}
+	if succeededReason(r) != farmv1.ReasonInvalidConfig || !strings.Contains(msg, "--allowed-images") || !strings.Contains(msg, other) {
+		t.Fatalf("reason %q message %q; want InvalidConfig naming the image and --allowed-images", succeededReason(r), msg)
+	}
+	rigFree(t, rigBadImage)
+}
+
+// imageWatch records the imageID of every operator pod that started in the
+// suite's cluster: the manager, loop pods and follow-up Jobs' pods.
+type imageWatch struct {
+	mu   sync.Mutex
+	seen map[string]string // kind/namespace/name → imageID
+}
+
+// watchImages polls the cluster's pods until ctx ends (a follow-up Job's
+// pod lives a few seconds, so it is read often).
+func watchImages(ctx context.Context) *imageWatch {
+	w := &imageWatch{seen: map[string]string{}}
+	go func() {
+		for ctx.Err() == nil {
+			var pods corev1.PodList
+			if err := cluster.Client.List(ctx, &pods); err == nil {
+				w.mu.Lock()
+				for _, p := range pods.Items {
+					for _, cs := range p.Status.ContainerStatuses {
+						if cs.ImageID == "" {
+							continue
+						}
+						w.seen[podKind(&p)+" "+p.Namespace+"/"+p.Name+" "+cs.Name] = cs.ImageID
+					}
+				}
+				w.mu.Unlock()
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(300 * time.Millisecond):
+			}
+		}
+	}()
+	return w
+}
+
+func podKind(p *corev1.Pod) string {
+	switch {
+	case p.Labels[farmv1.LabelRun] != "":
+		return "loop"
+	case p.Labels["batch.kubernetes.io/job-name"] != "" || p.Labels["job-name"] != "":
+		return "follow-up"
+	case p.Namespace == devcluster.OperatorNamespace:
+		return "manager"
+	}
+	return "other"
+}
+
+// check: every pod's imageID is <registry>/clawfarm/<name>@sha256:<64 hex>,
+// the digest the cluster pushed for that image, and each kind was seen.
+func (w *imageWatch) check() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	re := regexp.MustCompile(`^` + regexp.QuoteMeta(cluster.RegistryHost()) + `/clawfarm/([a-z]+)@sha256:[0-9a-f]{64}$`)
+	kinds := map[string]int{}
+	for pod, id := range w.seen {
+		m := re.FindStringSubmatch(id)
+		if m == nil {
+			return fmt.Errorf("%s: imageID %q is not a digest in the registry %s", pod, id, cluster.RegistryHost())
+		}
+		if want := cluster.Image(m[1]); id != want {
+			return fmt.Errorf("%s: imageID %q, but the cluster pushed %q", pod, id, want)
+		}
+		kinds[strings.Fields(pod)[0]]++
+	}
+	for _, k := range []string{"manager", "loop", "follow-up"} {
+		if kinds[k] == 0 {
+			return fmt.Errorf("no %s pod seen (seen: %v)", k, kinds)
+		}
+	}
+	return nil
+}
+
+func (w *imageWatch) summary() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	kinds := map[string]int{}
+	for pod := range w.seen {
+		kinds[strings.Fields(pod)[0]]++
+	}
+	var parts []string
+	for k, n := range kinds {
+		parts = append(parts, fmt.Sprintf("%d %s", n, k))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ", ")
+}
