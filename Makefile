@@ -51,6 +51,12 @@ vet: ## go vet.
 build: ## Build every binary into bin/.
 	$(GO) build -o bin/ ./cmd/...
 
+.PHONY: install-plugin
+install-plugin: ## Install the kubectl plugin kubectl-claw into $(GOBIN) (else GOPATH/bin), or PREFIX/bin with PREFIX=dir.
+	@d="$(if $(PREFIX),$(abspath $(PREFIX))/bin,$$($(GO) env GOBIN))"; [ -n "$$d" ] || d="$$($(GO) env GOPATH)/bin"; \
+		mkdir -p "$$d" && GOBIN="$$d" $(GO) install ./cmd/kubectl-claw && \
+		echo "installed $$d/kubectl-claw: with $$d on PATH, run kubectl claw --help (docs/kubectl-claw.md)"
+
 ##@ Images
 
 PLATFORMS ?= linux/amd64,linux/arm64
