@@ -268,6 +268,20 @@ func (p RunPhase) Finished() bool {
 	return p == RunSucceeded || p == RunFailed || p == RunCancelled
 }
 
+// WaitsForRig reports whether the run is in a rig's queue: not finished,
+// holding no rig, not cancelled, not being deleted. The operator's queue and
+// `kubectl claw rigs` both count by it.
+func (r *AgentRun) WaitsForRig() bool {
+	if r.DeletionTimestamp != nil || r.Spec.Cancel {
+		return false
+	}
+	switch r.Status.Phase {
+	case "", RunPending, RunQueued:
+		return true
+	}
+	return false
+}
+
 // TokenUsage counts tokens.
 type TokenUsage struct {
 	PromptTokens     int64 `json:"promptTokens,omitempty"`

@@ -22,7 +22,7 @@ func (s *step) advance(ctx context.Context) (then, error) {
 	if s.heldRig != "" && s.rig == nil {
 		return writeNow, s.rigLost(ctx)
 	}
-	if s.heldRig != "" && waitsForRig(s.run) && !rigMatches(s.run, s.rig) && len(s.live) == 0 {
+	if s.heldRig != "" && s.run.WaitsForRig() && !rigMatches(s.run, s.rig) && len(s.live) == 0 {
 		// Handed a rig its spec no longer names (a spec may change until the
 		// run starts): give it back and queue like any other run.
 		if err := s.releaseRig(ctx); err != nil || s.heldRig != "" {
@@ -45,7 +45,7 @@ func (s *step) advance(ctx context.Context) (then, error) {
 			return writeNow, nil
 		}
 		leasedNow = true
-	case waitsForRig(s.run):
+	case s.run.WaitsForRig():
 		s.took(s.rig) // handed over by the run that held it before
 		leasedNow = true
 	}

@@ -22,7 +22,7 @@ const queueIndex = "farm.clawfarm.dev/queue"
 
 func queueKey(run *farmv1.AgentRun) []string {
 	switch {
-	case !waitsForRig(run):
+	case !run.WaitsForRig():
 		return nil
 	case run.Spec.RigRef != nil:
 		return []string{"rig/" + run.Spec.RigRef.Name}
@@ -178,24 +178,11 @@ func (r *Reconciler) listWaiting(ctx context.Context, namespace, key string) ([]
 	}
 	out := make([]*farmv1.AgentRun, 0, len(runs.Items))
 	for i := range runs.Items {
-		if waitsForRig(&runs.Items[i]) { // the index is the cache's; re-check the object
+		if runs.Items[i].WaitsForRig() { // the index is the cache's; re-check the object
 			out = append(out, &runs.Items[i])
 		}
 	}
 	return out, nil
-}
-
-// waitsForRig reports whether a run is waiting for a rig: not finished,
-// holding none, not cancelled, not being deleted.
-func waitsForRig(run *farmv1.AgentRun) bool {
-	if run.DeletionTimestamp != nil || run.Spec.Cancel {
-		return false
-	}
-	switch run.Status.Phase {
-	case "", farmv1.RunPending, farmv1.RunQueued:
-		return true
-	}
-	return false
 }
 
 func queuedBefore(a, b *farmv1.AgentRun) bool {

@@ -25,7 +25,7 @@ turn), and the runs waiting: QUEUE counts the runs that name the rig
 (spec.rigRef), SELECTOR the waiting selector runs the rig could serve (a
 selector run that matches several rigs counts at each). A run waits while it
 is Pending or Queued, not cancelled and not being deleted — the operator's
-own rule (controllers/agentrun/queue.go:waitsForRig).`,
+own rule (AgentRun.WaitsForRig in api/v1alpha1).`,
 		Example: `  kubectl claw rigs
   kubectl claw rigs -A`,
 		Args: cobra.NoArgs,
@@ -78,7 +78,7 @@ func RigRows(ctx context.Context, c client.Client, ns string, now time.Time) ([]
 		}
 		for j := range runs.Items {
 			run := &runs.Items[j]
-			if run.Namespace != rig.Namespace || run.Name == row.Run || !waitsForRig(run) {
+			if run.Namespace != rig.Namespace || run.Name == row.Run || !run.WaitsForRig() {
 				continue
 			}
 			switch {
@@ -101,20 +101,6 @@ func RigRows(ctx context.Context, c client.Client, ns string, now time.Time) ([]
 		return rows[i].Name < rows[j].Name
 	})
 	return rows, nil
-}
-
-// waitsForRig is the operator's rule for a run in a rig's queue: not ended,
-// holding no rig, not cancelled, not being deleted
-// (controllers/agentrun/queue.go:waitsForRig).
-func waitsForRig(run *farmv1.AgentRun) bool {
-	if run.DeletionTimestamp != nil || run.Spec.Cancel {
-		return false
-	}
-	switch run.Status.Phase {
-	case "", farmv1.RunPending, farmv1.RunQueued:
-		return true
-	}
-	return false
 }
 
 func (o *Options) rigs(ctx context.Context, all bool) error {
