@@ -135,13 +135,11 @@ func (c *Cluster) prepare(ctx context.Context) error {
 	}
 	if c.K8sDir == "" {
 		c.Log("control-plane binaries: hack/build-k8s.sh (builds them once if missing, 10-20 minutes)")
-		cmd := exec.CommandContext(ctx, filepath.Join(c.Root, "hack", "build-k8s.sh"))
-		cmd.Dir, cmd.Stderr = c.Root, os.Stderr
-		out, err := cmd.Output()
+		dir, err := c.hackTool(ctx, "build-k8s.sh")
 		if err != nil {
-			return fmt.Errorf("hack/build-k8s.sh: %w", err)
+			return err
 		}
-		c.K8sDir = strings.TrimSpace(string(out))
+		c.K8sDir = dir
 	}
 	c.k8s = c.K8sDir
 	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"} {
@@ -176,6 +174,18 @@ func (c *Cluster) prepare(ctx context.Context) error {
 		}
 	}
 	return c.saveState()
+}
+
+// hackTool runs one of hack/'s build scripts (it builds its tool once into
+// the cache) and returns the path the script prints.
+func (c *Cluster) hackTool(ctx context.Context, script string) (string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(c.Root, "hack", script))
+	cmd.Dir, cmd.Stderr = c.Root, os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("hack/%s: %w", script, err)
+	}
+	return strings.TrimSpace(string(out)), nil
 }
 
 func (c *Cluster) bin(name string) string { return filepath.Join(c.Root, "bin", name) }

@@ -87,13 +87,10 @@ subjects:
 // values: the images in its registry, by digest, one replica, loopback ports, a
 // fast rig probe, runs in the default namespace.
 func (c *Cluster) renderChart(ctx context.Context) (string, error) {
-	cmd := exec.CommandContext(ctx, filepath.Join(c.Root, "hack", "build-helm.sh"))
-	cmd.Dir, cmd.Stderr = c.Root, os.Stderr
-	out, err := cmd.Output()
+	helm, err := c.hackTool(ctx, "build-helm.sh")
 	if err != nil {
-		return "", fmt.Errorf("hack/build-helm.sh: %w", err)
+		return "", err
 	}
-	helm := strings.TrimSpace(string(out))
 	p := c.Ports()
 	repo := func(name string) string { r, _, _ := strings.Cut(c.Image(name), "@"); return r }
 	digest := func(name string) string { _, d, _ := strings.Cut(c.Image(name), "@"); return d }
@@ -111,10 +108,10 @@ func (c *Cluster) renderChart(ctx context.Context) (string, error) {
 		"--set", "runs.podStartupTimeout=2m",
 		"--set", "runs.nodeLostGrace=2m",
 	}
-	cmd = exec.CommandContext(ctx, helm, args...)
+	cmd := exec.CommandContext(ctx, helm, args...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
-	out, err = cmd.Output()
+	out, err := cmd.Output()
 	if err != nil {
 		return "", fmt.Errorf("helm template: %w: %s", err, stderr.String())
 	}

@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -33,13 +31,10 @@ func (c *Cluster) Image(name string) string {
 func (c *Cluster) startRegistry(ctx context.Context) error {
 	bin := c.RegistryBin
 	if bin == "" {
-		cmd := exec.CommandContext(ctx, filepath.Join(c.Root, "hack", "build-registry.sh"))
-		cmd.Dir, cmd.Stderr = c.Root, os.Stderr
-		out, err := cmd.Output()
-		if err != nil {
-			return fmt.Errorf("hack/build-registry.sh: %w", err)
+		var err error
+		if bin, err = c.hackTool(ctx, "build-registry.sh"); err != nil {
+			return err
 		}
-		bin = strings.TrimSpace(string(out))
 	}
 	cfg := filepath.Join(c.Dir, "registry.yml")
 	if err := os.WriteFile(cfg, []byte(registryConfig(c.RegistryHost(), filepath.Join(c.Dir, "registry"))), 0o644); err != nil {
