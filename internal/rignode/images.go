@@ -339,8 +339,8 @@ func untar(r io.Reader, dir string) error {
 			continue
 		}
 		dst := filepath.Join(dir, rel)
-		if !within(dir, filepath.Dir(dst)) {
-			return fmt.Errorf("entry %q leaves the image root", h.Name)
+		if err := noSymlinkIn(dir, filepath.Dir(rel)); err != nil {
+			return fmt.Errorf("entry %q: %w", h.Name, err)
 		}
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 			return err
@@ -372,10 +372,11 @@ func untar(r io.Reader, dir string) error {
 				return err
 			}
 		case tar.TypeLink:
-			src := filepath.Join(dir, filepath.Clean("/"+h.Linkname))
-			if !within(dir, src) {
-				return fmt.Errorf("hard link %q leaves the image root", h.Name)
+			srcRel := filepath.Clean("/" + h.Linkname)
+			if err := noSymlinkIn(dir, filepath.Dir(srcRel)); err != nil {
+				return fmt.Errorf("hard link %q: %w", h.Name, err)
 			}
+			src := filepath.Join(dir, srcRel)
 			_ = os.Remove(dst)
 			if err := os.Link(src, dst); err != nil {
 				return err
@@ -384,9 +385,30 @@ func untar(r io.Reader, dir string) error {
 	}
 }
 
-func within(dir, p string) bool {
-	rel, err := filepath.Rel(dir, p)
-	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+// noSymlinkIn refuses a directory path (rel, "/"-rooted, inside dir) any
+// of whose existing components is a symbolic link: an image's symlink
+// (etc -> /etc) must not carry a later entry's write out of the root. A
+// cleaned "/"-rooted path cannot climb out by "..", so the links are the
+// only way out.
+func noSymlinkIn(dir, rel string) error {
+	p := dir
+	for _, part := range strings.Split(strings.Trim(rel, "/"), "/") {
+		if part == "" {
+			continue
+		}
+		p = filepath.Join(p, part)
+		st, err := os.Lstat(p)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if st.Mode()&os.ModeSymlink != 0 {
+			return fmt.Errorf("%s is a symbolic link in the image: an entry under it would leave the image root", strings.TrimPrefix(p, dir))
+		}
+	}
+	return nil
 }
 
 // pullSecretsKeychain answers registry credentials from a pod's
