@@ -72,12 +72,12 @@ func (r *podRun) newContainer(spec *corev1.Container, init bool, vs *volumeSet, 
 
 	// An image the image map names is a host binary (a development
 	// override): ready now. Any other is pulled before the first start.
-	if bin, ok := p.cfg.Images.Lookup(spec.Image); ok {
+	switch bin, err := p.cfg.Images.Resolve(spec.Image); {
+	case err == nil:
 		if err := c.prepare(r, imageSource{bin: bin}); err != nil {
 			return nil, err
 		}
-	} else if p.images == nil {
-		_, err := p.cfg.Images.Resolve(spec.Image)
+	case p.images == nil:
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	reason := "ContainerCreating"

@@ -102,12 +102,6 @@ func (m ImageMap) Images() []string {
 	return out
 }
 
-// Lookup is Resolve without the error: whether the map names image.
-func (m ImageMap) Lookup(image string) (string, bool) {
-	p, err := m.Resolve(image)
-	return p, err == nil
-}
-
 // Resolve finds the host path for image: an exact match first, then the image's
 // repository without its tag or digest.
 func (m ImageMap) Resolve(image string) (string, error) {

@@ -4,9 +4,10 @@
 //
 // A container's image is pulled from its registry and unpacked into a root
 // shared by the pods that run it (images.go); the image map (ImageMap) can
-// stand a host binary in for an image instead, for development. Volumes are materialised under a
-// per-pod directory and the paths a container expects are rewritten into it
-// (PathMap); a pod with a service-account token gets a kubeconfig and KUBECONFIG.
+// stand a host binary in for an image instead, for development. Volumes are
+// materialised under a per-pod directory and the paths a container expects
+// are rewritten into it (PathMap); a pod with a service-account token gets a
+// kubeconfig and KUBECONFIG.
 package rignode
 
 import (

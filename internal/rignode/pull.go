@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/clawfarm/clawfarm/internal/clock"
 )
 
 // ensureImage makes c's image ready before its process first starts: pulled
@@ -29,14 +31,6 @@ func (r *podRun) ensureImage(c *container) bool {
 		case <-ctx.Done():
 		}
 	}()
-	wait := func(d time.Duration) bool {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(d):
-			return true
-		}
-	}
 	report := func(reason, msg string) {
 		r.mu.Lock()
 		c.waiting(reason, msg)
@@ -81,13 +75,13 @@ func (r *podRun) ensureImage(c *container) bool {
 			return false
 		}
 		shown := min(backoff, 2*time.Second)
-		if !wait(shown) {
+		if clock.Sleep(ctx, shown) != nil {
 			return false
 		}
 		if reason == ReasonErrImagePull {
 			report(ReasonImagePullBackOff, fmt.Sprintf("Back-off pulling image %q: %s: %v", c.spec.Image, ReasonErrImagePull, err))
 		}
-		if !wait(backoff - shown) {
+		if clock.Sleep(ctx, backoff-shown) != nil {
 			return false
 		}
 		backoff = min(2*backoff, maxImagePullBackoff)
