@@ -7,7 +7,6 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 )
@@ -80,13 +79,4 @@ func Load(dir string) ([]Image, error) {
 		return nil, fmt.Errorf("%s: no named images in index.json", dir)
 	}
 	return out, nil
-}
-
-// Digests maps each image's name to its index digest.
-func Digests(imgs []Image) map[string]v1.Hash {
-	m := map[string]v1.Hash{}
-	for _, i := range imgs {
-		m[i.Name] = i.Digest
-	}
-	return m
 }
