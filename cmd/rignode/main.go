@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/rignode"
 	"github.com/clawfarm/clawfarm/internal/version"
 )
@@ -169,7 +170,7 @@ func run(ctx context.Context, args []string) int {
 			NodeName: *nodeName, NodeIP: *nodeIP, Images: images, RootDir: *rootDir,
 			APIServer: podServer, APIServerCA: ca,
 			LogMaxSize: maxSize.Value(), LogMaxFiles: *logMaxFiles,
-			PullImages: *pullImages, AllowedImages: splitList(*allowedImages), ImagePullBackoff: *pullBackoff, ImageGCKeepUnused: keepUnused(*gcKeep),
+			PullImages: *pullImages, AllowedImages: contract.SplitList(*allowedImages), ImagePullBackoff: *pullBackoff, ImageGCKeepUnused: keepUnused(*gcKeep),
 			Logf: func(f string, a ...any) { logger.Info(fmt.Sprintf(f, a...)) },
 		},
 		Client: client, Port: int32(*port), ListenAddress: *address,
@@ -241,15 +242,4 @@ func keepUnused(n int) int {
 		return -1
 	}
 	return n
-}
-
-// splitList reads a comma-separated flag, dropping empty entries.
-func splitList(s string) []string {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
-		}
-	}
-	return out
 }
