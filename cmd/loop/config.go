@@ -85,6 +85,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	c.MaxTurns = num(contract.SettingMaxTurns, contract.DefaultMaxTurns, 1)
 	c.SessionSeconds = num(contract.SettingSessionSeconds, contract.DefaultSessionSeconds, 1)
 	c.ModelTimeoutSeconds = num(contract.SettingModelTimeout, 0, 1) // 0: the preset's default
+	c.TraceKeep = num(contract.SettingTraceKeep, contract.DefaultTraceKeep, 1)
 	if err != nil {
 		return c, err
 	}
@@ -134,6 +135,16 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 			return c, fmt.Errorf("%s: %q is not true or false", name(contract.SettingResume), v)
 		}
 		c.Resume = b
+	}
+	c.TraceURL = get(contract.SettingTraceURL)
+	if c.TraceURL != "" {
+		if u, perr := url.Parse(c.TraceURL); perr != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return c, fmt.Errorf("%s: %q is not an http(s) URL", name(contract.SettingTraceURL), c.TraceURL)
+		}
+		c.TraceTokenFile = get(contract.SettingTraceTokenFile)
+		if c.TraceTokenFile == "" {
+			c.TraceTokenFile = contract.TraceTokenPath
+		}
 	}
 	return c, nil
 }

@@ -93,7 +93,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		files, err = wire(&ec, dir, cfg, logf)
 		if err == nil {
 			defer files.Close()
-			em = events.NewEmitter(io.MultiWriter(stdout, files.trace), red, nil)
+			sinks := []io.Writer{stdout, files.trace}
+			if cfg.TraceURL != "" && cfg.Run != "" {
+				// The notice comes only after something was queued, so after em is set.
+				sinks = append(sinks, files.startUpload(cfg, func(text string) {
+					em.Emit(events.Error(0, "trace_upload", text, 0))
+				}))
+			}
+			em = events.NewEmitter(io.MultiWriter(sinks...), red, nil)
 		}
 	}
 	if err != nil {

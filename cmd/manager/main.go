@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/url"
 	"os"
 	"time"
 
@@ -25,6 +26,7 @@ import (
 	"github.com/clawfarm/clawfarm/controllers/agentrun"
 	"github.com/clawfarm/clawfarm/controllers/devicerig"
 	"github.com/clawfarm/clawfarm/internal/attempt"
+	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/followup"
 )
 
@@ -58,6 +60,8 @@ type managerFlags struct {
 	attemptBackoff, rigNotReady    *time.Duration
 	probeInterval, probeTimeout    *time.Duration
 	runWorkers, rigWorkers         *int
+	traceURL, traceAudience        *string
+	traceKeep                      *int
 	loopResources, fuResources     *jsonFlag[corev1.ResourceRequirements]
 	loopSecurity, fuSecurity       *jsonFlag[corev1.SecurityContext]
 	loopPodSecurity, fuPodSecurity *jsonFlag[corev1.PodSecurityContext]
@@ -87,6 +91,9 @@ func newManagerFlags() *managerFlags {
 		probeInterval:   fs.Duration("rig-probe-interval", 15*time.Second, "how often each rig's health route is asked"),
 		probeTimeout:    fs.Duration("rig-probe-timeout", 3*time.Second, "how long one rig health probe may take"),
 		runWorkers:      fs.Int("agentrun-workers", 8, "concurrent AgentRun reconciles"),
+		traceURL:        fs.String("trace-url", "", "the trace server's URL, as loop pods reach it (e.g. http://clawfarm-server.clawfarm-system.svc:8080); empty: traces stay on the rigs' nodes"),
+		traceAudience:   fs.String("trace-audience", contract.DefaultTraceAudience, "audience of the token projected into loop pods for the trace server"),
+		traceKeep:       fs.Int("rig-trace-keep", 20, "attempts whose trace each rig's state directory keeps; older ones are pruned"),
 		rigWorkers:      fs.Int("devicerig-workers", 4, "concurrent DeviceRig reconciles (probes run inside them)"),
 		loopResources:   &jsonFlag[corev1.ResourceRequirements]{check: checkResources},
 		fuResources:     &jsonFlag[corev1.ResourceRequirements]{check: checkResources},
@@ -120,6 +127,18 @@ func (f *managerFlags) parse(args []string) error {
 		fmt.Fprintln(f.fs.Output(), err)
 		return err
 	}
+	if u := *f.traceURL; u != "" {
+		if p, err := url.Parse(u); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+			err := fmt.Errorf("invalid value %q for flag -trace-url: want an http(s) URL", u)
+			fmt.Fprintln(f.fs.Output(), err)
+			return err
+		}
+	}
+	if *f.traceKeep < 1 {
+		err := fmt.Errorf("invalid value %d for flag -rig-trace-keep: want at least 1", *f.traceKeep)
+		fmt.Fprintln(f.fs.Output(), err)
+		return err
+	}
 	return nil
 }
 
@@ -130,6 +149,7 @@ func (f *managerFlags) podDefaults() (attempt.Defaults, followup.JobDefaults) {
 	return attempt.Defaults{
 			Image: *f.loopImage, ServiceAccountName: *f.loopSA, ImagePullPolicy: pull,
 			Resources: resources(f.loopResources), SecurityContext: f.loopSecurity.get(), PodSecurityContext: f.loopPodSecurity.get(),
+			TraceURL: *f.traceURL, TraceAudience: *f.traceAudience, TraceKeep: *f.traceKeep,
 		}, followup.JobDefaults{
 			Image: *f.managerImage, ServiceAccountName: *f.followupSA, AgentJobTTL: *f.agentJobTTL, ImagePullPolicy: pull,
 			Resources: resources(f.fuResources), SecurityContext: f.fuSecurity.get(), PodSecurityContext: f.fuPodSecurity.get(),

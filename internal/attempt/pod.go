@@ -25,6 +25,9 @@ const (
 	// DefaultRigStateRoot is where rig state lives on a node when the rig names no volume.
 	DefaultRigStateRoot = "/var/lib/clawfarm/rigs"
 	stateVolumeName     = "rig-state"
+	traceVolumeName     = "trace-token"
+	// traceTokenSeconds is the trace token's lifetime; the kubelet renews it.
+	traceTokenSeconds = 3600
 )
 
 // PodName is the deterministic name of an attempt pod: <run>-a<N>, and
@@ -52,6 +55,12 @@ type Defaults struct {
 	// loop writes the rig's state directory (a hostPath by default), so the
 	// user chosen here must be able to write it on the rig's node.
 	PodSecurityContext *corev1.PodSecurityContext
+	// TraceURL, when set, is the trace server loop pods upload to, with a
+	// service account token of TraceAudience projected for it.
+	TraceURL      string
+	TraceAudience string
+	// TraceKeep is how many attempts' traces a rig's state directory keeps.
+	TraceKeep int
 }
 
 // Spec is everything an attempt pod is built from.
@@ -88,7 +97,17 @@ func (s Spec) Settings() contract.Settings {
 		DenyTools:      run.Spec.DenyTools,
 		Resume:         s.Resume,
 		TerminationLog: corev1.TerminationMessagePathDefault,
+		TraceURL:       s.Defaults.TraceURL,
+		TraceTokenFile: traceTokenFile(s.Defaults.TraceURL),
+		TraceKeep:      s.Defaults.TraceKeep,
 	}
+}
+
+func traceTokenFile(url string) string {
+	if url == "" {
+		return ""
+	}
+	return contract.TraceTokenPath
 }
 
 // skillSources merges the rig's skills and the run's, without duplicates.
@@ -149,6 +168,21 @@ func BuildPod(s Spec) *corev1.Pod {
 			ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: sk.ConfigMapName}},
 		}})
 		mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: path.Join(contract.SkillsMountRoot, sk.ConfigMapName), ReadOnly: true})
+	}
+
+	if s.Defaults.TraceURL != "" {
+		aud := s.Defaults.TraceAudience
+		if aud == "" {
+			aud = contract.DefaultTraceAudience
+		}
+		volumes = append(volumes, corev1.Volume{Name: traceVolumeName, VolumeSource: corev1.VolumeSource{
+			Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{{
+				ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
+					Audience: aud, ExpirationSeconds: ptr.To[int64](traceTokenSeconds), Path: path.Base(contract.TraceTokenPath),
+				},
+			}}},
+		}})
+		mounts = append(mounts, corev1.VolumeMount{Name: traceVolumeName, MountPath: path.Dir(contract.TraceTokenPath), ReadOnly: true})
 	}
 
 	deadline := int64(run.Spec.Limits.AttemptTimeoutSeconds) + DeadlineGraceSeconds

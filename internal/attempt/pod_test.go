@@ -9,6 +9,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/internal/contract"
 )
 
 func podSpecFor(run *farmv1.AgentRun, d Defaults) *corev1.Pod {
@@ -66,5 +67,45 @@ func TestBuildPodWithoutDefaultsSetsNoSecurityContext(t *testing.T) {
 	}
 	if r := pod.Spec.Containers[0].Resources; len(r.Requests)+len(r.Limits) != 0 {
 		t.Errorf("resources %+v, want none", r)
+	}
+}
+
+// With a trace server, the loop gets its URL, and a token for it (its own
+// audience, not the API server's) where the contract says.
+func TestBuildPodProjectsTheTraceToken(t *testing.T) {
+	run := &farmv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "run"}}
+	pod := podSpecFor(run, Defaults{Image: "loop", TraceURL: "http://trace:8080", TraceKeep: 7})
+	env := map[string]string{}
+	for _, e := range pod.Spec.Containers[0].Env {
+		env[e.Name] = e.Value
+	}
+	if env[contract.SettingTraceURL.Env] != "http://trace:8080" || env[contract.SettingTraceTokenFile.Env] != contract.TraceTokenPath ||
+		env[contract.SettingTraceKeep.Env] != "7" {
+		t.Errorf("env %v", env)
+	}
+	var tok *corev1.ServiceAccountTokenProjection
+	for _, v := range pod.Spec.Volumes {
+		if v.Projected != nil && len(v.Projected.Sources) == 1 {
+			tok = v.Projected.Sources[0].ServiceAccountToken
+		}
+	}
+	if tok == nil || tok.Audience != contract.DefaultTraceAudience || tok.ExpirationSeconds == nil {
+		t.Fatalf("trace token projection %+v", tok)
+	}
+	mounted := false
+	for _, m := range pod.Spec.Containers[0].VolumeMounts {
+		if m.Name == traceVolumeName && m.MountPath+"/"+tok.Path == contract.TraceTokenPath && m.ReadOnly {
+			mounted = true
+		}
+	}
+	if !mounted {
+		t.Errorf("the token is not mounted read-only at %s: %+v", contract.TraceTokenPath, pod.Spec.Containers[0].VolumeMounts)
+	}
+
+	// Without one, no token is projected at all.
+	for _, v := range podSpecFor(run, Defaults{Image: "loop"}).Spec.Volumes {
+		if v.Projected != nil {
+			t.Errorf("a token is projected with no trace server: %+v", v)
+		}
 	}
 }

@@ -35,6 +35,11 @@ var (
 	// provider; it is optional, so an operator that does not set it still
 	// speaks v1.
 	SettingModelTimeout = Setting{"model-timeout-seconds", "CLAWFARM_MODEL_TIMEOUT_SECONDS", "model idle timeout in seconds: a reply that sends nothing for this long is retried (default 120; 300 for openai-compatible)"}
+	// The trace upload settings are optional too: without a URL the trace
+	// stays in the state directory only.
+	SettingTraceURL       = Setting{"trace-url", "CLAWFARM_TRACE_URL", "the trace server's URL; the loop uploads its events and screens there (empty: the state directory only)"}
+	SettingTraceTokenFile = Setting{"trace-token-file", "CLAWFARM_TRACE_TOKEN_FILE", "the projected service account token the trace server accepts"}
+	SettingTraceKeep      = Setting{"trace-keep", "CLAWFARM_TRACE_KEEP", "attempts whose trace stays in the state directory (default 20; older ones are pruned)"}
 )
 
 // AllSettings lists every setting in contract order.
@@ -43,7 +48,7 @@ var AllSettings = []Setting{
 	SettingModelProvider, SettingModel, SettingModelBaseURL, SettingModelAPIKey,
 	SettingContextWindow, SettingMaxTurns, SettingSessionSeconds, SettingStateDir,
 	SettingSkillsDirs, SettingDenyTools, SettingResume, SettingTerminationLog,
-	SettingModelTimeout,
+	SettingModelTimeout, SettingTraceURL, SettingTraceTokenFile, SettingTraceKeep,
 }
 
 // Defaults of the contract.
@@ -58,6 +63,13 @@ const (
 	StateMountPath = "/var/lib/clawfarm/state"
 	// SkillsMountRoot is where skill ConfigMaps are mounted, one folder each.
 	SkillsMountRoot = "/etc/clawfarm/skills"
+	// DefaultTraceKeep is how many attempts' traces a state directory keeps.
+	DefaultTraceKeep = 20
+	// DefaultTraceAudience is the audience of the trace token: the trace
+	// server accepts no other, and the API server does not accept it.
+	DefaultTraceAudience = "clawfarm-trace"
+	// TraceTokenPath is where the operator projects the trace token in a loop pod.
+	TraceTokenPath = "/var/run/secrets/clawfarm.dev/trace/token"
 )
 
 // Settings is the loop's configuration. The operator renders it into a pod's
@@ -80,6 +92,12 @@ type Settings struct {
 	TerminationLog string
 	// ModelTimeoutSeconds is the model idle timeout; 0 means the default (120 s).
 	ModelTimeoutSeconds int
+	// TraceURL, when set, is where the loop uploads its trace, presenting
+	// the token in TraceTokenFile.
+	TraceURL       string
+	TraceTokenFile string
+	// TraceKeep is how many attempts' traces the state directory keeps; 0 means the default.
+	TraceKeep int
 }
 
 // Environ renders the settings as environment variables (name → value),
@@ -116,6 +134,9 @@ func (s Settings) Environ() []EnvVar {
 	}
 	add(SettingTerminationLog, s.TerminationLog)
 	add(SettingModelTimeout, itoa(s.ModelTimeoutSeconds))
+	add(SettingTraceURL, s.TraceURL)
+	add(SettingTraceTokenFile, s.TraceTokenFile)
+	add(SettingTraceKeep, itoa(s.TraceKeep))
 	return out
 }
 

@@ -81,6 +81,9 @@ type Writer struct {
 	files map[*provider.Image]string // loop goroutine only
 	seq   int
 	logf  func(string, ...any)
+	// onScreen, when set, is told of each screen written (its base name
+	// and bytes): the trace upload.
+	onScreen func(file string, data []byte)
 
 	mu      sync.Mutex
 	cond    *sync.Cond
@@ -151,6 +154,10 @@ func (w *Writer) Close() error {
 	return err
 }
 
+// OnScreen registers f to be told of each new screen, on the loop's goroutine;
+// f must not block.
+func (w *Writer) OnScreen(f func(file string, data []byte)) { w.onScreen = f }
+
 // TracePath is a file in this attempt's trace directory.
 func (w *Writer) TracePath(name string) string { return w.dir.Path("traces", w.key, name) }
 
@@ -197,6 +204,9 @@ func (w *Writer) queue(s *engine.State, transcript []provider.Message) error {
 					return fmt.Errorf("screen %s: %w", f, err)
 				}
 				w.files[im] = f
+				if w.onScreen != nil {
+					w.onScreen(filepath.Base(f), im.Data)
+				}
 			}
 			out.Images = append(out.Images, image{MIMEType: im.MIMEType, File: f})
 		}

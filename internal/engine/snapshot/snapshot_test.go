@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/clawfarm/clawfarm/internal/engine"
 	"github.com/clawfarm/clawfarm/internal/provider"
@@ -78,5 +79,43 @@ func TestWriteLoadRoundTrip(t *testing.T) {
 	}
 	if err := w.Write(st, msgs); err == nil {
 		t.Error("a closed writer accepted a snapshot")
+	}
+}
+
+func TestPruneKeepsTheNewestTraces(t *testing.T) {
+	dir, err := state.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	base := time.Now().Add(-time.Hour)
+	for i := 1; i <= 5; i++ {
+		key := Key("ns/run", i)
+		if err := os.MkdirAll(dir.Path("traces", key), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dir.Path("snapshots", key+".json"), []byte("{}"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		mod := base.Add(time.Duration(i) * time.Minute)
+		if err := os.Chtimes(dir.Path("traces", key), mod, mod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The current attempt is the oldest folder (a resumed attempt): it stays.
+	removed, err := Prune(dir, 3, Key("ns/run", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(removed, ",") != "ns_run-a3,ns_run-a2" {
+		t.Errorf("removed %v; want a3 and a2 (the oldest, not the current a1)", removed)
+	}
+	for i, want := range []bool{true, false, false, true, true} {
+		key := Key("ns/run", i+1)
+		_, errT := os.Stat(dir.Path("traces", key))
+		_, errS := os.Stat(dir.Path("snapshots", key+".json"))
+		if (errT == nil) != want || (errS == nil) != want {
+			t.Errorf("%s: trace kept %v, snapshot kept %v; want %v", key, errT == nil, errS == nil, want)
+		}
 	}
 }
