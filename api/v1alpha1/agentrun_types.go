@@ -472,7 +472,3 @@ type AgentRunList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []AgentRun `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&AgentRun{}, &AgentRunList{})
-}

@@ -149,7 +149,3 @@ type DeviceRigList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []DeviceRig `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&DeviceRig{}, &DeviceRigList{})
-}

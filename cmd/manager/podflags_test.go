@@ -19,17 +19,17 @@ import (
 // The flags for the pods the manager creates reach those pods: loop pods
 // (attempt.BuildPod) and follow-up Jobs (the CronJobs' job template).
 
-func parseFlags(t *testing.T, args ...string) (*managerFlags, error, string) {
+func parseFlags(t *testing.T, args ...string) (*managerFlags, string, error) {
 	t.Helper()
 	f := newManagerFlags()
 	var out bytes.Buffer
 	f.fs.SetOutput(&out)
 	err := f.parse(args)
-	return f, err, out.String()
+	return f, out.String(), err
 }
 
 func TestPodFlagsReachLoopPodsAndFollowUpJobs(t *testing.T) {
-	f, err, out := parseFlags(t,
+	f, out, err := parseFlags(t,
 		"--image-pull-policy=Always",
 		`--loop-resources={"requests":{"cpu":"250m","memory":"256Mi"},"limits":{"memory":"1Gi"}}`,
 		`--loop-security-context={"allowPrivilegeEscalation":false,"capabilities":{"drop":["ALL"]}}`,
@@ -120,7 +120,7 @@ func TestPodFlagsReachLoopPodsAndFollowUpJobs(t *testing.T) {
 }
 
 func TestPodFlagsUnsetLeaveThePodsAsBefore(t *testing.T) {
-	f, err, out := parseFlags(t, "--loop-resources=", "--followup-security-context=null")
+	f, out, err := parseFlags(t, "--loop-resources=", "--followup-security-context=null")
 	if err != nil {
 		t.Fatalf("parse: %v\n%s", err, out)
 	}
@@ -148,7 +148,7 @@ func TestPodFlagsRefuseBadValuesNamingTheFlag(t *testing.T) {
 		{`--followup-pod-security-context=[1]`, "-followup-pod-security-context", "PodSecurityContext"},
 		{`--image-pull-policy=Sometimes`, "-image-pull-policy", "Always, IfNotPresent or Never"},
 	} {
-		_, err, out := parseFlags(t, tc.arg)
+		_, out, err := parseFlags(t, tc.arg)
 		if err == nil {
 			t.Errorf("%s was accepted", tc.arg)
 			continue

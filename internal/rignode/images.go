@@ -142,6 +142,7 @@ func (s *imageStore) local(image string) (*imageRoot, bool) {
 func (s *imageStore) get(ctx context.Context, image string, policy corev1.PullPolicy, keys authn.Keychain) (*imageRoot, error) {
 	ref, err := name.ParseReference(image)
 	if err != nil {
+		//lint:ignore ST1005 the kubelet's own words, shown as the pod's waiting message
 		return nil, &imagePullError{ReasonInvalidImageName, fmt.Errorf("Failed to apply default image tag %q: couldn't parse image name %q: %v", image, image, err)}
 	}
 	if policy == "" {
@@ -156,6 +157,7 @@ func (s *imageStore) get(ctx context.Context, image string, policy corev1.PullPo
 			return r, nil
 		}
 		if policy == corev1.PullNever {
+			//lint:ignore ST1005 the kubelet's own words, shown as the pod's waiting message
 			return nil, &imagePullError{ReasonErrImageNeverPull, fmt.Errorf("Container image %q is not present with pull policy of Never", image)}
 		}
 	}

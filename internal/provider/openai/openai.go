@@ -95,6 +95,9 @@ func (a *Adapter) encode(req *provider.Request, sp *provider.Splicer) goopenai.C
 	if a.cfg.MaxCompletionTokensField {
 		creq.MaxCompletionTokens = maxTokens
 	} else {
+		// Deprecated by OpenAI, but the only field most OpenAI-compatible
+		// servers (vLLM, Ollama, Qwen, DeepSeek…) know.
+		//lint:ignore SA1019 max_tokens is what compatible servers read
 		creq.MaxTokens = maxTokens
 	}
 	if creq.Stream && !a.cfg.NoStreamUsage {
