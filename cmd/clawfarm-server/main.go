@@ -43,28 +43,18 @@ func logf(format string, args ...any) {
 
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("clawfarm-server", flag.ContinueOnError)
-	listen := fs.String("listen", ":8080", "address the API and the UI listen on")
-	storeDir := fs.String("store-dir", "/var/lib/clawfarm/traces", "where traces are stored (a PersistentVolume)")
-	retention := fs.Duration("retention", 30*24*time.Hour, "how long an attempt's trace is kept after its last upload; 0 keeps it as long as its run")
-	sweep := fs.Duration("sweep-interval", 10*time.Minute, "how often traces past retention, or of deleted runs, are removed")
-	audience := fs.String("audience", trace.DefaultAudience, "the audience loop pods' tokens must carry")
-	certFile := fs.String("tls-cert-file", "", "serve HTTPS with this certificate (with --tls-private-key-file)")
-	keyFile := fs.String("tls-private-key-file", "", "the certificate's key")
-	kubeconfig := fs.String("kubeconfig", "", "kubeconfig (default: in-cluster, then $KUBECONFIG)")
+	f := trace.NewFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
 		return err
 	}
-	if (*certFile == "") != (*keyFile == "") {
-		return errors.New("--tls-cert-file and --tls-private-key-file go together")
+	if err := f.Check(); err != nil {
+		return err
 	}
-	if *retention < 0 || *sweep <= 0 {
-		return errors.New("--retention must be 0 or more and --sweep-interval more than 0")
-	}
-	if *kubeconfig != "" {
-		os.Setenv("KUBECONFIG", *kubeconfig)
+	if f.Kubeconfig != "" {
+		os.Setenv("KUBECONFIG", f.Kubeconfig)
 	}
 	logf("clawfarm-server %s (%s)", version.Version, version.Revision)
 	cfg, err := ctrl.GetConfig()
@@ -83,11 +73,11 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	store, err := trace.NewFSStore(*storeDir)
+	store, err := trace.NewFSStore(f.StoreDir)
 	if err != nil {
 		return err
 	}
-	srv := &trace.Server{Store: store, Runs: runs, Auth: trace.NewKubeAuthority(cs, *audience), Logf: logf}
+	srv := &trace.Server{Store: store, Runs: runs, Auth: trace.NewKubeAuthority(cs, f.Audience), Logf: logf}
 
 	inf, err := runs.GetInformer(ctx, &farmv1.AgentRun{})
 	if err != nil {
@@ -113,16 +103,16 @@ func run(ctx context.Context, args []string) error {
 	if !runs.WaitForCacheSync(ctx) {
 		return errors.New("the AgentRun cache did not sync")
 	}
-	go sweepLoop(ctx, srv, *retention, *sweep)
+	go sweepLoop(ctx, srv, f.Retention, f.Sweep)
 
-	hs := &http.Server{Addr: *listen, Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Addr: f.Listen, Handler: srv, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() {
-		if *certFile != "" {
-			errc <- hs.ListenAndServeTLS(*certFile, *keyFile)
+		if f.CertFile != "" {
+			errc <- hs.ListenAndServeTLS(f.CertFile, f.KeyFile)
 			return
 		}
-		logf("serving plain HTTP on %s: tokens cross the network in the clear unless a mesh or --tls-cert-file protects them", *listen)
+		logf("serving plain HTTP on %s: tokens cross the network in the clear unless a mesh or --tls-cert-file protects them", f.Listen)
 		errc <- hs.ListenAndServe()
 	}()
 	select {

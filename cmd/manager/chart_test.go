@@ -156,6 +156,7 @@ func TestChartRolesAreTheGeneratedOnes(t *testing.T) {
 		{"loop_role.yaml", "t-clawfarm-loop"},
 		{"followup_role.yaml", "t-clawfarm-followup"},
 		{"rignode_role.yaml", "t-clawfarm-rignode"},
+		{"server_role.yaml", "t-clawfarm-server"},
 	} {
 		b, err := os.ReadFile(filepath.Join("../../config/rbac", c.file))
 		if err != nil {

@@ -31,7 +31,7 @@ import (
 // Default are the images `make images` builds, each from ./cmd/<name>.
 // rignode is not one: it is the node agent on a rig host, shipped as release
 // binaries (see Options.Release).
-var Default = []string{"manager", "loop", "rigsim", "modelsim"}
+var Default = []string{"manager", "loop", "clawfarm-server", "rigsim", "modelsim"}
 
 // DefaultPlatforms are the platforms each image is built for.
 var DefaultPlatforms = []v1.Platform{{OS: "linux", Architecture: "amd64"}, {OS: "linux", Architecture: "arm64"}}

@@ -118,6 +118,8 @@ func podKind(p *corev1.Pod) string {
 		return "loop"
 	case p.Labels["batch.kubernetes.io/job-name"] != "" || p.Labels["job-name"] != "":
 		return "follow-up"
+	case p.Namespace == devcluster.OperatorNamespace && p.Labels["app.kubernetes.io/component"] == "server":
+		return "trace-server"
 	case p.Namespace == devcluster.OperatorNamespace:
 		return "manager"
 	}
@@ -129,7 +131,7 @@ func podKind(p *corev1.Pod) string {
 func (w *imageWatch) check() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	re := regexp.MustCompile(`^` + regexp.QuoteMeta(cluster.RegistryHost()) + `/clawfarm/([a-z]+)@sha256:[0-9a-f]{64}$`)
+	re := regexp.MustCompile(`^` + regexp.QuoteMeta(cluster.RegistryHost()) + `/clawfarm/([a-z-]+)@sha256:[0-9a-f]{64}$`)
 	kinds := map[string]int{}
 	for pod, id := range w.seen {
 		m := re.FindStringSubmatch(id)
@@ -141,7 +143,7 @@ func (w *imageWatch) check() error {
 		}
 		kinds[strings.Fields(pod)[0]]++
 	}
-	for _, k := range []string{"manager", "loop", "follow-up"} {
+	for _, k := range []string{"manager", "trace-server", "loop", "follow-up"} {
 		if kinds[k] == 0 {
 			return fmt.Errorf("no %s pod seen (seen: %v)", k, kinds)
 		}

@@ -87,6 +87,7 @@ func TestStuckThenDone(t *testing.T) {
 	if len(st.Shop.Orders) != 1 || st.Shop.Orders[0].Lines[0].Name != "Coffee Beans" {
 		t.Fatalf("ground truth: orders %+v, want one order of Coffee Beans", st.Shop.Orders)
 	}
+	checkTrace(t, "e2e-stuck-once", "STUCK", "DONE")
 }
 
 // STUCK three times → Failed (AttemptsExhausted), three pods.

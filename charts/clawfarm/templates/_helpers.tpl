@@ -21,6 +21,26 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: manager
 {{- end -}}
 
+{{- define "clawfarm.serverSelectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: server
+{{- end -}}
+
+{{/*
+The trace server's URL as loop pods reach it: server.url, else the chart's
+Service; empty when the server is off.
+*/}}
+{{- define "clawfarm.traceURL" -}}
+{{- if .Values.server.enabled -}}
+{{- if .Values.server.url -}}
+{{- .Values.server.url -}}
+{{- else -}}
+{{- printf "%s://%s-server.%s.svc:%v" (ternary "https" "http" (not (empty .Values.server.tls.secretName))) (include "clawfarm.fullname" .) .Release.Namespace .Values.server.port -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{/*
 An image: repository@digest when a digest is set (the tag is ignored), else
 repository:tag, the tag defaulting to the chart's appVersion. Call it with

@@ -44,7 +44,7 @@ type Cluster struct {
 }
 
 // Binaries of the project the cluster runs, built into bin/.
-var projectBinaries = []string{"loop", "manager", "rigsim", "modelsim", "rignode"}
+var projectBinaries = []string{"loop", "manager", "rigsim", "modelsim", "rignode", "kubectl-claw"}
 
 // Scheme knows the built-in kinds, the CRD kind and clawfarm's kinds.
 func Scheme() *runtime.Scheme {
@@ -168,8 +168,16 @@ func (c *Cluster) prepare(ctx context.Context) error {
 	for _, n := range nodes {
 		kcs[c.kubeconfigOf("node-"+n)] = "node-" + n
 	}
+	token, err := adminToken(c.pki)
+	if err != nil {
+		return err
+	}
 	for path, id := range kcs {
-		if err := writeKubeconfig(path, server, c.pki, id); err != nil {
+		tok := ""
+		if id == "admin" {
+			tok = token
+		}
+		if err := writeKubeconfig(path, server, c.pki, id, tok); err != nil {
 			return err
 		}
 	}
@@ -215,7 +223,7 @@ func (c *Cluster) checkPorts() error {
 		"kube-controller-manager": p.ControllerManager, "kube-scheduler": p.Scheduler,
 		"rignode " + SystemNode: p.SystemKubelet, "rignode " + RigNode: p.RigKubelet,
 		"manager metrics": p.ManagerMetrics, "manager probes": p.ManagerProbes, "modelsim": p.Modelsim, "rigsim": p.Rigsim,
-		"registry": p.Registry}
+		"registry": p.Registry, "trace server": p.TraceServer}
 	var taken []string
 	for what, port := range named {
 		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
@@ -268,7 +276,7 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 		fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", p.Etcd),
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", p.APIServer),
 		"--tls-cert-file=" + f("apiserver.crt"), "--tls-private-key-file=" + f("apiserver.key"),
-		"--client-ca-file=" + f("ca.crt"),
+		"--client-ca-file=" + f("ca.crt"), "--token-auth-file=" + f(tokenFile),
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + f("sa.pub"), "--service-account-signing-key-file=" + f("sa.key"),
 		"--authorization-mode=RBAC", "--service-cluster-ip-range=" + ServiceCIDR,

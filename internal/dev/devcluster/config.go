@@ -80,6 +80,7 @@ type Ports struct {
 	ManagerMetrics, ManagerProbes                           int
 	Modelsim, Rigsim                                        int
 	Registry                                                int
+	TraceServer                                             int
 }
 
 // Ports returns the port of each component.
@@ -88,12 +89,12 @@ func (c Config) Ports() Ports {
 	return Ports{
 		Etcd: b, EtcdPeer: b + 1, APIServer: b + 2, ControllerManager: b + 3, Scheduler: b + 4,
 		SystemKubelet: b + 5, RigKubelet: b + 6, ManagerMetrics: b + 7, ManagerProbes: b + 8,
-		Modelsim: b + 9, Rigsim: b + 10, Registry: b + 11,
+		Modelsim: b + 9, Rigsim: b + 10, Registry: b + 11, TraceServer: b + 12,
 	}
 }
 
 // PortCount is how many consecutive ports a cluster uses.
-const PortCount = 12
+const PortCount = 13
 
 // DefaultBasePort is the first port of the default cluster.
 const DefaultBasePort = 17400

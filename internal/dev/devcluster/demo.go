@@ -261,8 +261,10 @@ func dash(s string) string {
 
 func (c *Cluster) printNext(out io.Writer) {
 	fmt.Fprintf(out, `
-Where to look next (kubectl is the one built for the cluster):
-  export KUBECONFIG=%s PATH=%s:$PATH
+Where to look next (kubectl is the one built for the cluster, kubectl claw the project's plugin):
+  export KUBECONFIG=%s PATH=%s:%s:$PATH
+  kubectl claw ui                                    # the trace viewer: every turn's screen, note and tap, live
+  kubectl claw trace order-coffee                    # the same, as lines in the terminal
   kubectl get ar -w                                  # runs, live
   kubectl describe ar order-coffee                   # conditions, attempts (STUCK then DONE), events
   kubectl logs order-coffee-a2                       # the loop's event stream (JSON lines)
@@ -272,5 +274,5 @@ Where to look next (kubectl is the one built for the cluster):
   curl -s %s/api/sim/state                # rig-0's ground truth (the timer runs)
 Logs of every component: %s/logs/
 Stop the cluster: make dev-down
-`, c.Kubeconfig, c.k8s, c.RigURL(0), c.Dir)
+`, c.Kubeconfig, c.k8s, filepath.Join(c.Root, "bin"), c.RigURL(0), c.Dir)
 }

@@ -17,7 +17,7 @@ func TestKubeconfigLoadsBack(t *testing.T) {
 	}
 	path := filepath.Join(dir, "kube-scheduler.kubeconfig")
 	const server = "https://127.0.0.1:16443"
-	if err := writeKubeconfig(path, server, p, "kube-scheduler"); err != nil {
+	if err := writeKubeconfig(path, server, p, "kube-scheduler", ""); err != nil {
 		t.Fatal(err)
 	}
 	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {

@@ -34,7 +34,7 @@ func (c *Cluster) installOperator(ctx context.Context) error {
 	docs := splitYAML(rendered)
 	var keep []string
 	for _, d := range docs {
-		if c.Manager == ManagerHost && strings.Contains(d, "\nkind: Deployment\n") {
+		if c.Manager == ManagerHost && strings.Contains(d, "\nkind: Deployment\n") && strings.Contains(d, "\n  name: clawfarm-manager\n") {
 			continue
 		}
 		keep = append(keep, d)
@@ -78,9 +78,21 @@ subjects:
 		return err
 	}
 	if c.Manager == ManagerHost {
-		return c.StartHostManager(ctx)
+		if err := c.StartHostManager(ctx); err != nil {
+			return err
+		}
+	} else if err := c.waitManagerPod(ctx); err != nil {
+		return err
 	}
-	return c.waitManagerPod(ctx)
+	return waitFor(ctx, "the trace server", 2*time.Minute, nil, func() error {
+		return httpOK(ctx, httpClient, c.TraceServerURL()+"/healthz")
+	})
+}
+
+// TraceServerURL is the trace server's address: its pod shares the system
+// node's network, on loopback.
+func (c *Cluster) TraceServerURL() string {
+	return fmt.Sprintf("http://127.0.0.1:%d", c.Ports().TraceServer)
 }
 
 // renderChart runs `helm template` on charts/clawfarm with the dev cluster's
@@ -98,6 +110,11 @@ func (c *Cluster) renderChart(ctx context.Context) (string, error) {
 		"--namespace", OperatorNamespace, "--include-crds",
 		"--set", "image.manager.repository=" + repo("manager"), "--set", "image.manager.digest=" + digest("manager"),
 		"--set", "image.loop.repository=" + repo("loop"), "--set", "image.loop.digest=" + digest("loop"),
+		"--set", "image.server.repository=" + repo("clawfarm-server"), "--set", "image.server.digest=" + digest("clawfarm-server"),
+		// The trace server: on loopback like the manager, its traces in an
+		// emptyDir (a dev cluster's runs go with it).
+		"--set", "server.listenHost=127.0.0.1", "--set", fmt.Sprintf("server.port=%d", p.TraceServer),
+		"--set", "server.url=" + c.TraceServerURL(), "--set", "server.persistence.enabled=false",
 		"--set", "manager.replicas=1",
 		"--set", fmt.Sprintf("metrics.port=%d", p.ManagerMetrics),
 		"--set", fmt.Sprintf("manager.probePort=%d", p.ManagerProbes),
@@ -163,6 +180,7 @@ func (c *Cluster) managerArgs() []string {
 		"--loop-service-account=clawfarm-loop", "--followup-service-account=clawfarm-followup",
 		"--rig-probe-interval=" + c.RigProbeInterval.String(),
 		"--pod-startup-timeout=2m", "--node-lost-grace=2m",
+		"--trace-url=" + c.TraceServerURL(),
 	}
 }
 
@@ -192,4 +210,11 @@ func (c *Cluster) waitManagerPod(ctx context.Context) error {
 		}
 		return fmt.Errorf("%d manager pods, none Running", len(pods.Items))
 	})
+}
+
+// AdminToken is the bearer token of the cluster's user (the same user as
+// its kubeconfig's certificate), which the trace server accepts.
+func (c *Cluster) AdminToken() (string, error) {
+	b, err := os.ReadFile(filepath.Join(c.Dir, "pki", "admin.token"))
+	return strings.TrimSpace(string(b)), err
 }

@@ -7,12 +7,14 @@ import (
 	"crypto/rsa"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/hex"
 	"encoding/pem"
 	"fmt"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -225,4 +227,28 @@ func readPEM(path string) ([]byte, error) {
 func exists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
+}
+
+// tokenFile is the API server's --token-auth-file: one static bearer token,
+// for the same user as the admin certificate.
+const tokenFile = "tokens.csv"
+
+// adminToken returns the admin's bearer token, creating it (and the token
+// file) once, so kubeconfigs handed out earlier stay valid.
+func adminToken(p PKI) (string, error) {
+	b, err := os.ReadFile(p.File("admin.token"))
+	tok := strings.TrimSpace(string(b))
+	if err != nil || len(tok) < 32 {
+		raw := make([]byte, 24)
+		if _, err := rand.Read(raw); err != nil {
+			return "", err
+		}
+		tok = hex.EncodeToString(raw)
+		if err := os.WriteFile(p.File("admin.token"), []byte(tok+"\n"), 0o600); err != nil {
+			return "", err
+		}
+	}
+	// token,user,uid,"group1,group2" — the admin certificate's user and groups.
+	line := fmt.Sprintf("%s,clawfarm-dev-admin,clawfarm-dev-admin,\"system:masters\"\n", tok)
+	return tok, os.WriteFile(p.File(tokenFile), []byte(line), 0o600)
 }

@@ -1,0 +1,45 @@
+package trace
+
+import (
+	"errors"
+	"flag"
+	"time"
+)
+
+// Flags are clawfarm-server's command line (docs/ui.md, "Flags"); the chart's
+// tests parse the Deployment's args with them.
+type Flags struct {
+	Listen, StoreDir  string
+	Retention, Sweep  time.Duration
+	Audience          string
+	CertFile, KeyFile string
+	Kubeconfig        string
+}
+
+// NewFlags defines the flags on fs.
+func NewFlags(fs *flag.FlagSet) *Flags {
+	f := &Flags{}
+	fs.StringVar(&f.Listen, "listen", ":8080", "address the API and the UI listen on")
+	fs.StringVar(&f.StoreDir, "store-dir", "/var/lib/clawfarm/traces", "where traces are stored (a PersistentVolume)")
+	fs.DurationVar(&f.Retention, "retention", 30*24*time.Hour, "how long an attempt's trace is kept after its last upload; 0 keeps it as long as its run")
+	fs.DurationVar(&f.Sweep, "sweep-interval", 10*time.Minute, "how often traces past retention, or of deleted runs, are removed")
+	fs.StringVar(&f.Audience, "audience", DefaultAudience, "the audience loop pods' tokens must carry")
+	fs.StringVar(&f.CertFile, "tls-cert-file", "", "serve HTTPS with this certificate (with --tls-private-key-file)")
+	fs.StringVar(&f.KeyFile, "tls-private-key-file", "", "the certificate's key")
+	fs.StringVar(&f.Kubeconfig, "kubeconfig", "", "kubeconfig (default: in-cluster, then $KUBECONFIG)")
+	return f
+}
+
+// Check refuses what the flag package cannot.
+func (f *Flags) Check() error {
+	if (f.CertFile == "") != (f.KeyFile == "") {
+		return errors.New("--tls-cert-file and --tls-private-key-file go together")
+	}
+	if f.Retention < 0 || f.Sweep <= 0 {
+		return errors.New("--retention must be 0 or more and --sweep-interval more than 0")
+	}
+	if f.Audience == "" {
+		return errors.New("--audience must not be empty: loop tokens would be the API server's")
+	}
+	return nil
+}
