@@ -151,5 +151,6 @@ demo: k8s ## The main job: dev cluster up, one sample AgentRun per sentinel, wat
 	$(DEVCLUSTER) demo --dir $(DEV_DIR) --rigs $(DEV_RIGS)
 
 .PHONY: e2e
-e2e: k8s ## End-to-end suite on a fresh dev cluster of its own (real scheduler, CronJob controller).
+e2e: k8s ## End-to-end suite on a fresh dev cluster of its own (real scheduler, CronJob controller, the UI in headless Chromium).
+	hack/install-chromium.sh >/dev/null
 	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh --print) $(GO) test -tags e2e -count=1 -v -timeout 20m ./test/e2e/

@@ -39,6 +39,7 @@ const (
 	rigHostKill
 	rigHostPause
 	rigBadImage
+	rigLiveTrace
 )
 
 // slowTaps makes every touch take 5 s (100 s of rig time × rigsim's 0.05
