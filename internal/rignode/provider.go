@@ -374,11 +374,6 @@ func (p *Provider) AttachToContainer(context.Context, string, string, string, ap
 	return errdefs.InvalidInput("rignode does not support attach: pods are host processes")
 }
 
-// PortForward is not supported: pods share the host network, dial the node's address.
-func (p *Provider) PortForward(context.Context, string, string, int32, io.ReadWriteCloser) error {
-	return errdefs.InvalidInput("rignode does not support port-forward: pods share the host network")
-}
-
 // GetStatsSummary reports the node and its pods without resource figures.
 func (p *Provider) GetStatsSummary(ctx context.Context) (*statsv1alpha1.Summary, error) {
 	pods, _ := p.GetPods(ctx)

@@ -1,9 +1,11 @@
 package rignode_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/signal"
@@ -123,6 +125,7 @@ func freePort() int {
 //	count FILE            exit 1 the first time (FILE counts runs), 0 after
 //	attempt               act as the loop: a state file, the termination message
 //	whoami                get the own pod with the pod's KUBECONFIG, write its node name
+//	echo PORT             on 127.0.0.1:PORT, send back each connection's bytes upper-cased
 func helper(args []string) int {
 	term := os.Getenv("TERM_LOG")
 	write := func(s string) {
@@ -236,6 +239,24 @@ func helper(args []string) int {
 		}
 		write("node=" + pod.Spec.NodeName + " host=" + os.Getenv("KUBERNETES_SERVICE_HOST"))
 		return 0
+	case "echo":
+		l, err := net.Listen("tcp", "127.0.0.1:"+args[1])
+		if err != nil {
+			write("listen: " + err.Error())
+			return 1
+		}
+		fmt.Println("listening")
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return 1
+			}
+			go func() {
+				defer c.Close()
+				b, _ := io.ReadAll(c) // until the client half-closes
+				_, _ = c.Write(bytes.ToUpper(b))
+			}()
+		}
 	}
 	fmt.Fprintln(os.Stderr, "unknown helper mode", args)
 	return 2
