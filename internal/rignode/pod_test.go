@@ -277,14 +277,19 @@ func TestServiceAccountTokenGivesAWorkingKubeconfig(t *testing.T) {
 	}
 	grantPodRead(t, pod.Namespace, "loop")
 	pod.Spec.ServiceAccountName = "loop"
-	pod.Spec.Volumes = []corev1.Volume{{Name: "kube-api-access", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+	// A token for another audience comes first (the trace token of loop
+	// pods): the kubeconfig must still carry the API server's.
+	pod.Spec.Volumes = []corev1.Volume{{Name: "other-audience", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+		Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Audience: "clawfarm-trace", Path: "token"}}},
+	}}}, {Name: "kube-api-access", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
 		Sources: []corev1.VolumeProjection{
 			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: ptr.To[int64](3607)}},
 			{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{{Path: "namespace", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}}},
 		},
 	}}}}
 	c := &pod.Spec.Containers[0]
-	c.VolumeMounts = []corev1.VolumeMount{{Name: "kube-api-access", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount", ReadOnly: true}}
+	c.VolumeMounts = []corev1.VolumeMount{{Name: "other-audience", MountPath: "/var/run/secrets/other", ReadOnly: true},
+		{Name: "kube-api-access", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount", ReadOnly: true}}
 	c.Env = append(c.Env,
 		corev1.EnvVar{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
 		corev1.EnvVar{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},

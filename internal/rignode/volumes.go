@@ -89,7 +89,10 @@ func (b *volumeBuilder) volume(ctx context.Context, v corev1.Volume, vs *volumeS
 				}
 				if err = b.refreshToken(ctx, t); err == nil {
 					vs.tokens = append(vs.tokens, t)
-					if vs.tokenFile == "" {
+					// The pod's kubeconfig gets the API server's token (no
+					// audience, as kube-api-access has), never one projected
+					// for another audience, whatever the volumes' order.
+					if vs.tokenFile == "" && t.audience == "" {
 						vs.tokenVolume, vs.tokenFile = v.Name, t.file
 					}
 				}
