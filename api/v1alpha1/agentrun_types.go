@@ -27,8 +27,22 @@ type RigSelector struct {
 // +kubebuilder:validation:Enum=openai;anthropic;qwen;moonshot;deepseek;google;openai-compatible
 type ModelProvider string
 
+// ModelAPI is the wire an OpenAI-style provider is spoken on.
+// +kubebuilder:validation:Enum=chat;responses
+type ModelAPI string
+
+// The wires.
+const (
+	// ModelAPIChat is Chat Completions: the whole context every request.
+	ModelAPIChat ModelAPI = "chat"
+	// ModelAPIResponses is OpenAI's Responses API: stored responses, each
+	// request sends only what is new (docs/engine.md, "The Responses wire").
+	ModelAPIResponses ModelAPI = "responses"
+)
+
 // ModelSpec says which model drives the agent.
 // +kubebuilder:validation:XValidation:rule="self.provider != 'openai-compatible' || has(self.baseURL)",message="model.baseURL is required when model.provider is openai-compatible"
+// +kubebuilder:validation:XValidation:rule="!has(self.api) || self.provider != 'anthropic'",message="model.api applies to OpenAI-style providers; the anthropic provider speaks the Messages API only"
 type ModelSpec struct {
 	// Provider is the provider preset.
 	// +kubebuilder:default=openai
@@ -44,6 +58,12 @@ type ModelSpec struct {
 	// +kubebuilder:validation:Pattern=`^https?://`
 	// +optional
 	BaseURL string `json:"baseURL,omitempty"`
+
+	// API is the wire: chat (Chat Completions) or responses (the Responses
+	// API, with the conversation stored by the provider). Unset: responses
+	// for the openai provider, chat for the others.
+	// +optional
+	API ModelAPI `json:"api,omitempty"`
 
 	// APIKeySecretRef is the Secret key holding the API key. The key reaches the
 	// loop as an environment variable only.

@@ -122,6 +122,9 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 			return c, fmt.Errorf("%s: %q is not an http(s) URL", name(contract.SettingModelBaseURL), c.ModelBaseURL)
 		}
 	}
+	if c.ModelAPI, perr = preset.APIFor(get(contract.SettingModelAPI)); perr != nil {
+		return c, fmt.Errorf("%s: %v", name(contract.SettingModelAPI), perr)
+	}
 	c.APIKey = strings.TrimSpace(getenv(contract.SettingModelAPIKey.Env))
 	if c.APIKey == "" && preset.NeedsKey {
 		return c, fmt.Errorf("%s is empty: the %s provider needs an API key (from the run's Secret)", contract.SettingModelAPIKey.Env, preset.Name)

@@ -55,7 +55,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintln(stderr, red.String("loop: "+fmt.Sprintf(format, a...)))
 	}
 
-	model, err := presets.New(cfg.ModelProvider, provider.Options{
+	model, err := presets.New(cfg.ModelProvider, cfg.ModelAPI, provider.Options{
 		BaseURL: cfg.ModelBaseURL, APIKey: cfg.APIKey, Model: cfg.Model,
 		IdleTimeout: time.Duration(cfg.ModelTimeoutSeconds) * time.Second,
 	})

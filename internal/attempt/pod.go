@@ -89,6 +89,7 @@ func (s Spec) Settings() contract.Settings {
 		ModelProvider:  string(run.Spec.Model.Provider),
 		Model:          run.Spec.Model.Name,
 		ModelBaseURL:   run.Spec.Model.BaseURL,
+		ModelAPI:       string(run.Spec.Model.API),
 		ContextWindow:  int(run.Spec.Model.ContextWindow),
 		MaxTurns:       int(run.Spec.Limits.MaxTurns),
 		SessionSeconds: int(run.Spec.Limits.AttemptTimeoutSeconds),

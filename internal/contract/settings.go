@@ -22,6 +22,9 @@ var (
 	SettingModelProvider  = Setting{"model-provider", "CLAWFARM_MODEL_PROVIDER", "provider preset (openai, anthropic, qwen, moonshot, deepseek, google, openai-compatible)"}
 	SettingModel          = Setting{"model", "CLAWFARM_MODEL", "model name"}
 	SettingModelBaseURL   = Setting{"model-base-url", "CLAWFARM_MODEL_BASE_URL", "base URL override"}
+	// SettingModelAPI is optional: an operator that does not set it gets
+	// the preset's wire.
+	SettingModelAPI = Setting{"model-api", "CLAWFARM_MODEL_API", "the wire of an OpenAI-style provider: chat (Chat Completions) or responses (the Responses API); default responses for openai, chat for the others"}
 	SettingModelAPIKey    = Setting{"", "CLAWFARM_MODEL_API_KEY", "the API key, from a Secret (env only: never a flag, never printed)"}
 	SettingContextWindow  = Setting{"context-window", "CLAWFARM_CONTEXT_WINDOW", "input budget in tokens"}
 	SettingMaxTurns       = Setting{"max-turns", "CLAWFARM_MAX_TURNS", "turn limit"}
@@ -49,6 +52,7 @@ var AllSettings = []Setting{
 	SettingContextWindow, SettingMaxTurns, SettingSessionSeconds, SettingStateDir,
 	SettingSkillsDirs, SettingDenyTools, SettingResume, SettingTerminationLog,
 	SettingModelTimeout, SettingTraceURL, SettingTraceTokenFile, SettingTraceKeep,
+	SettingModelAPI,
 }
 
 // Defaults of the contract.
@@ -98,6 +102,8 @@ type Settings struct {
 	TraceTokenFile string
 	// TraceKeep is how many attempts' traces the state directory keeps; 0 means the default.
 	TraceKeep int
+	// ModelAPI is the wire (chat or responses); empty means the preset's.
+	ModelAPI string
 }
 
 // Environ renders the settings as environment variables (name → value),
@@ -137,6 +143,7 @@ func (s Settings) Environ() []EnvVar {
 	add(SettingTraceURL, s.TraceURL)
 	add(SettingTraceTokenFile, s.TraceTokenFile)
 	add(SettingTraceKeep, itoa(s.TraceKeep))
+	add(SettingModelAPI, s.ModelAPI)
 	return out
 }
 

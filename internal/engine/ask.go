@@ -27,6 +27,9 @@ func (s *Session) ask(ctx context.Context, req *provider.Request) (*provider.Rep
 				cal := c.Calibration()
 				s.state.Tokens = &cal
 			}
+			if c, ok := s.cfg.Provider.(provider.Chained); ok {
+				s.state.Chain = c.ChainState()
+			}
 			return reply, nil
 		}
 		pe := provider.AsError(err)

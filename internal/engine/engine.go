@@ -168,6 +168,11 @@ func New(cfg Config) *Session {
 	if c, ok := cfg.Estimator.(tokens.Calibrated); ok && cfg.State.Tokens != nil {
 		c.Restore(*cfg.State.Tokens) // a resumed session goes on from what it had learned
 	}
+	if c, ok := cfg.Provider.(provider.Chained); ok && len(cfg.State.Chain) > 0 {
+		if err := c.RestoreChain(cfg.State.Chain); err != nil {
+			cfg.Logf("the snapshot's provider chain cannot be used (%v): the conversation is sent whole", err)
+		}
+	}
 	return &Session{cfg: cfg, state: cfg.State, validator: validate.New(), rigTools: map[string]bool{}}
 }
 

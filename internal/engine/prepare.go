@@ -86,5 +86,5 @@ func (s *Session) request() *provider.Request {
 			}
 		}
 	}
-	return &provider.Request{System: s.system, Messages: msgs, Tools: tools}
+	return &provider.Request{System: s.system, Messages: msgs, Tools: tools, Pinned: len(tail)}
 }

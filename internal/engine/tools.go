@@ -38,6 +38,10 @@ type State struct {
 	// Tokens is the token estimator's calibration (engine/tokens), so a
 	// resumed attempt does not re-learn it.
 	Tokens *tokens.Calibration `json:"tokens,omitempty"`
+	// Chain is the provider's conversation kept on the service (the
+	// Responses API's stored responses: provider.Chained), so a resumed
+	// attempt continues it rather than sending the transcript again.
+	Chain json.RawMessage `json:"chain,omitempty"`
 }
 
 // Plan is what update_progress writes (docs/rig-contract.md, "Engine-side tools").

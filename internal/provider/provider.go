@@ -44,7 +44,17 @@ type Message struct {
 	// be shown its own signed thinking.
 	ReasoningSignature string
 	RedactedReasoning  []string
+
+	// ReasoningItems carry the Responses API's reasoning items back
+	// verbatim (JSON): a reasoning model continuing after a function call
+	// must be given the reasoning that led to it.
+	ReasoningItems []json.RawMessage
 }
+
+// SupersededTag opens a tool result whose screen a newer one replaced
+// (engine/compaction's latest-screen policy): the result became a stub and
+// the screen's message left the transcript.
+const SupersededTag = "(superseded "
 
 // ToolCall is one call the model asked for. Arguments are the raw JSON text
 // as the model sent it: it may be invalid, and the engine judges that.
@@ -97,6 +107,11 @@ type Request struct {
 	Tools    []ToolSpec
 	// MaxTokens bounds the reply; 0 means the adapter's default.
 	MaxTokens int
+	// Pinned is how many of the last Messages are the pinned tail (the plan,
+	// the scratchpad, a nudge): rendered afresh for every request and never
+	// part of the transcript. A wire that keeps the conversation on the
+	// service sends them beside it, not in it.
+	Pinned int
 }
 
 // FinishReason is why the model stopped, normalised across vendors.
@@ -141,6 +156,18 @@ type Provider interface {
 	Name() string
 	Model() string
 	Stream(ctx context.Context, req *Request, sink Sink) (*Reply, error)
+}
+
+// Chained is a provider that keeps the conversation on the service (the
+// Responses API's stored responses). Its state goes into the session's
+// snapshot, so a resumed attempt continues the conversation instead of
+// sending it again.
+type Chained interface {
+	Provider
+	// ChainState is the state to save; nil when there is none.
+	ChainState() []byte
+	// RestoreChain continues from saved state.
+	RestoreChain(state []byte) error
 }
 
 // Options are the transport settings every adapter takes.

@@ -43,7 +43,7 @@ const (
 	slotMemory    = "<<memory loads>>"
 	slotSkills    = "<<skill loads>>"
 	loadSep       = "\n-----\n"
-	SupersededTag = "(superseded "
+	SupersededTag = provider.SupersededTag
 )
 
 // Policy is the compaction of seed 000: latest screen wins, and turn folds

@@ -50,6 +50,7 @@ type message struct {
 	Images             []image             `json:"images,omitempty"`
 	ReasoningSignature string              `json:"reasoningSignature,omitempty"`
 	RedactedReasoning  []string            `json:"redactedReasoning,omitempty"`
+	ReasoningItems     []json.RawMessage   `json:"reasoningItems,omitempty"`
 }
 
 type image struct {
@@ -191,7 +192,8 @@ func (w *Writer) queue(s *engine.State, transcript []provider.Message) error {
 	live := map[*provider.Image]bool{}
 	for i, m := range transcript {
 		out := message{Role: m.Role, Text: m.Text, Reasoning: m.Reasoning, ToolCalls: m.ToolCalls, ToolCallID: m.ToolCallID,
-			ToolName: m.ToolName, IsError: m.IsError, ReasoningSignature: m.ReasoningSignature, RedactedReasoning: m.RedactedReasoning}
+			ToolName: m.ToolName, IsError: m.IsError, ReasoningSignature: m.ReasoningSignature, RedactedReasoning: m.RedactedReasoning,
+			ReasoningItems: m.ReasoningItems}
 		for _, im := range m.Images {
 			live[im] = true
 			f, ok := w.files[im]
@@ -265,7 +267,8 @@ func Load(dir *state.Dir, key string) (*Snapshot, []provider.Message, error) {
 	msgs := make([]provider.Message, len(s.Transcript))
 	for i, m := range s.Transcript {
 		msgs[i] = provider.Message{Role: m.Role, Text: m.Text, Reasoning: m.Reasoning, ToolCalls: m.ToolCalls, ToolCallID: m.ToolCallID,
-			ToolName: m.ToolName, IsError: m.IsError, ReasoningSignature: m.ReasoningSignature, RedactedReasoning: m.RedactedReasoning}
+			ToolName: m.ToolName, IsError: m.IsError, ReasoningSignature: m.ReasoningSignature, RedactedReasoning: m.RedactedReasoning,
+			ReasoningItems: m.ReasoningItems}
 		for _, im := range m.Images {
 			data, err := os.ReadFile(dir.Path(im.File))
 			if err != nil || len(data) == 0 {

@@ -1,7 +1,9 @@
-// Package openai is the OpenAI-compatible Chat Completions adapter, through
-// go-openai: OpenAI itself, Qwen, Moonshot, DeepSeek, Google's
-// OpenAI-compatible endpoint, vLLM, Ollama and any other server that speaks
-// the same wire format.
+// Package openai is the OpenAI adapter, through go-openai, with two wires:
+// Chat Completions (the whole context every request), which OpenAI itself,
+// Qwen, Moonshot, DeepSeek, Google's OpenAI-compatible endpoint, vLLM,
+// Ollama and any other compatible server speak; and OpenAI's Responses API,
+// whose stored responses let a request send only what is new
+// (responses.go, chain.go).
 package openai
 
 import (
@@ -28,6 +30,15 @@ type Config struct {
 	MaxCompletionTokensField bool
 	// NoStreamUsage leaves out stream_options.include_usage for servers that refuse it.
 	NoStreamUsage bool
+	// API is the wire: APIChat (the default) or APIResponses.
+	API string
+	// NoStore sends store:false on the Responses wire: the service keeps no
+	// response, so previous_response_id cannot be used and every request
+	// carries the whole transcript, with reasoning returned encrypted.
+	NoStore bool
+	// StaleScreens is how many superseded screens the Responses chain may
+	// keep before it starts over (chain.go); 0: DefaultStaleScreens, <0: none.
+	StaleScreens int
 }
 
 // Adapter is the Chat Completions adapter.
@@ -35,6 +46,7 @@ type Adapter struct {
 	cfg    Config
 	client *goopenai.Client
 	now    func() time.Time
+	chain  chain // the Responses wire's stored responses
 }
 
 // New builds an adapter.
@@ -43,13 +55,23 @@ func New(cfg Config) *Adapter {
 	if cfg.Name == "" {
 		cfg.Name = "openai-compatible"
 	}
+	if cfg.API == "" {
+		cfg.API = APIChat
+	}
+	stale := cfg.StaleScreens
+	switch {
+	case stale == 0:
+		stale = DefaultStaleScreens
+	case stale < 0:
+		stale = 0
+	}
 	tr := provider.NewTransport(cfg.Options)
 	tr.RewriteBody = nullContentForToolCalls
 	cc := goopenai.DefaultConfig(cfg.APIKey)
 	cc.BaseURL = strings.TrimRight(cfg.BaseURL, "/")
 	cc.HTTPClient = tr
 	cc.EmptyMessagesLimit = 10000 // keep-alive comments are not an error
-	return &Adapter{cfg: cfg, client: goopenai.NewClientWithConfig(cc), now: time.Now}
+	return &Adapter{cfg: cfg, client: goopenai.NewClientWithConfig(cc), now: time.Now, chain: chain{staleScreens: stale}}
 }
 
 // Name is the preset name.
@@ -62,6 +84,9 @@ func (a *Adapter) Model() string { return a.cfg.Model }
 func (a *Adapter) Stream(ctx context.Context, req *provider.Request, sink provider.Sink) (*provider.Reply, error) {
 	if sink == nil {
 		sink = provider.NopSink{}
+	}
+	if a.cfg.API == APIResponses {
+		return a.responses(ctx, req, sink)
 	}
 	sp := provider.NewSplicer()
 	creq := a.encode(req, sp)
@@ -394,7 +419,11 @@ func (a *Adapter) classify(ctx context.Context, err error, x *provider.Exchange)
 	x.RetryAfterFrom(&pe.RetryAfter, a.now())
 	var apiErr *goopenai.APIError
 	var reqErr *goopenai.RequestError
+	var se *streamError
 	switch {
+	case errors.As(err, &se):
+		pe.Message = se.Message
+		pe.Class = provider.Classify(streamStatus(se.Code), se.Code, se.Message)
 	case errors.As(err, &apiErr):
 		pe.Status = apiErr.HTTPStatusCode
 		code, _ := apiErr.Code.(string)
@@ -418,4 +447,4 @@ func (a *Adapter) classify(ctx context.Context, err error, x *provider.Exchange)
 }
 
 // compile-time check
-var _ provider.Provider = (*Adapter)(nil)
+var _ provider.Chained = (*Adapter)(nil)

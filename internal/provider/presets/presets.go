@@ -35,6 +35,10 @@ type Preset struct {
 	// IdleTimeout is the preset's model idle timeout when the run sets none
 	// (0: provider.DefaultIdleTimeout).
 	IdleTimeout time.Duration
+	// API is the default wire of a Chat Completions preset: openai.APIChat,
+	// or openai.APIResponses where the provider serves its newest models
+	// and features there first (OpenAI).
+	API string
 }
 
 // LocalIdleTimeout is the idle timeout of self-hosted servers (ours: Ollama
@@ -46,7 +50,7 @@ const LocalIdleTimeout = 300 * time.Second
 const OpenAICompatible = "openai-compatible"
 
 var all = map[string]Preset{
-	"openai":         {Name: "openai", Wire: ChatCompletions, BaseURL: "https://api.openai.com/v1", NeedsKey: true, MaxCompletionTokensField: true},
+	"openai":         {Name: "openai", Wire: ChatCompletions, BaseURL: "https://api.openai.com/v1", NeedsKey: true, MaxCompletionTokensField: true, API: openai.APIResponses},
 	"anthropic":      {Name: "anthropic", Wire: Messages, BaseURL: anthropic.DefaultBaseURL, NeedsKey: true},
 	"qwen":           {Name: "qwen", Wire: ChatCompletions, BaseURL: "https://dashscope-intl.aliyuncs.com/compatible-mode/v1", NeedsKey: true},
 	"moonshot":       {Name: "moonshot", Wire: ChatCompletions, BaseURL: "https://api.moonshot.ai/v1", NeedsKey: true},
@@ -74,10 +78,33 @@ func Lookup(name string) (Preset, error) {
 	return p, nil
 }
 
-// New builds the adapter for a preset. A base URL in o overrides the preset's.
-func New(name string, o provider.Options) (provider.Provider, error) {
+// APIFor returns the wire a run asks for on a preset: api when set, else the
+// preset's default. The Messages preset has one wire only.
+func (p Preset) APIFor(api string) (string, error) {
+	api = strings.ToLower(strings.TrimSpace(api))
+	switch {
+	case api == "" && p.Wire == Messages:
+		return "", nil
+	case api == "" && p.API != "":
+		return p.API, nil
+	case api == "":
+		return openai.APIChat, nil
+	case api != openai.APIChat && api != openai.APIResponses:
+		return "", fmt.Errorf("unknown model API %q: want %s or %s", api, openai.APIChat, openai.APIResponses)
+	case p.Wire == Messages:
+		return "", fmt.Errorf("the %s provider speaks its Messages API only; model API %q applies to OpenAI-style providers", p.Name, api)
+	}
+	return api, nil
+}
+
+// New builds the adapter for a preset on the wire api (empty: the
+// preset's). A base URL in o overrides the preset's.
+func New(name, api string, o provider.Options) (provider.Provider, error) {
 	p, err := Lookup(name)
 	if err != nil {
+		return nil, err
+	}
+	if api, err = p.APIFor(api); err != nil {
 		return nil, err
 	}
 	if o.BaseURL == "" {
@@ -102,6 +129,6 @@ func New(name string, o provider.Options) (provider.Provider, error) {
 	case Messages:
 		return anthropic.New(anthropic.Config{Options: o}), nil
 	default:
-		return openai.New(openai.Config{Options: o, Name: p.Name, MaxCompletionTokensField: p.MaxCompletionTokensField}), nil
+		return openai.New(openai.Config{Options: o, Name: p.Name, MaxCompletionTokensField: p.MaxCompletionTokensField, API: api}), nil
 	}
 }

@@ -1,12 +1,16 @@
 package modelsim_test
 
 import (
+	"bytes"
 	"errors"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/clawfarm/clawfarm/internal/contract"
@@ -28,12 +32,12 @@ func buildLoop(t *testing.T) string {
 
 // runLoop runs one attempt of the real loop against a rig and modelsim, and returns its
 // exit code and termination message.
-func runLoop(t *testing.T, bin, rigURL, modelURL, model, trigger string) (int, *contract.TerminationMessage) {
+func runLoop(t *testing.T, bin, api, rigURL, modelURL, model, trigger string) (int, *contract.TerminationMessage) {
 	t.Helper()
 	dir := t.TempDir()
 	term := filepath.Join(dir, "termination-log")
 	cmd := exec.Command(bin, "--rig-endpoint", rigURL+"/mcp", "--trigger", trigger,
-		"--model-provider", "openai-compatible", "--model", model, "--model-base-url", modelURL+"/v1",
+		"--model-provider", "openai-compatible", "--model-api", api, "--model", model, "--model-base-url", modelURL+"/v1",
 		"--state-dir", dir, "--termination-log", term, "--session-seconds", "120")
 	cmd.Env = append(os.Environ(), "CLAWFARM_MODEL_API_KEY=modelsim")
 	var stderr strings.Builder
@@ -57,10 +61,53 @@ func runLoop(t *testing.T, bin, rigURL, modelURL, model, trigger string) (int, *
 	return code, m
 }
 
-// Every built-in scenario through the real loop: the sentinel, its exit code and the ground truth.
+// Every built-in scenario through the real loop, on both OpenAI wires: the sentinel, its exit
+// code and the ground truth. On the Responses wire the requests go to /v1/responses only, and
+// most continue a stored response.
 func TestScenariosThroughTheRealLoop(t *testing.T) {
 	bin := buildLoop(t)
-	model := httptest.NewServer(modelsim.NewServer(builtin(t)).Handler())
+	for _, api := range []string{"chat", "responses"} {
+		t.Run(api, func(t *testing.T) {
+			var w wireCount
+			scenariosThroughTheRealLoop(t, bin, api, &w)
+			switch {
+			case api == "chat" && (w.responses > 0 || w.chat == 0):
+				t.Errorf("chat wire: %d chat requests, %d responses requests", w.chat, w.responses)
+			case api == "responses" && (w.chat > 0 || w.responses == 0 || w.continued*2 < w.responses):
+				t.Errorf("responses wire: %d chat requests, %d responses requests, %d continuing; want every request on /v1/responses and most continuing a stored response",
+					w.chat, w.responses, w.continued)
+			}
+		})
+	}
+}
+
+// wireCount counts the requests of each wire, and the Responses requests that continue a stored response.
+type wireCount struct {
+	mu                         sync.Mutex
+	chat, responses, continued int
+}
+
+func (c *wireCount) wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		c.mu.Lock()
+		switch r.URL.Path {
+		case "/v1/chat/completions":
+			c.chat++
+		case "/v1/responses":
+			c.responses++
+			if bytes.Contains(body, []byte(`"previous_response_id"`)) {
+				c.continued++
+			}
+		}
+		c.mu.Unlock()
+		h.ServeHTTP(w, r)
+	})
+}
+
+func scenariosThroughTheRealLoop(t *testing.T, bin, api string, count *wireCount) {
+	model := httptest.NewServer(count.wrap(modelsim.NewServer(builtin(t)).Handler()))
 	defer model.Close()
 	cases := []struct {
 		model, trigger string
@@ -79,7 +126,7 @@ func TestScenariosThroughTheRealLoop(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.model, func(t *testing.T) {
 			rig := startSimRig(t, c.cfg)
-			code, m := runLoop(t, bin, rig.url, model.URL, c.model, c.trigger)
+			code, m := runLoop(t, bin, api, rig.url, model.URL, c.model, c.trigger)
 			if m.Sentinel != c.want || code != m.ExitCode() {
 				t.Fatalf("ended %s (exit %d, %q), want %s", m.Sentinel, code, m.Recap, c.want)
 			}
@@ -90,7 +137,7 @@ func TestScenariosThroughTheRealLoop(t *testing.T) {
 	}
 	// Misbehaviour: the loop rejects every wrong turn and the task still gets done; a flaky
 	// provider (429 with Retry-After, 500, a slow first byte, a stalled stream) is retried through.
-	extra := httptest.NewServer(modelsim.NewServer(testScenarios(t)).Handler())
+	extra := httptest.NewServer(count.wrap(modelsim.NewServer(testScenarios(t)).Handler()))
 	defer extra.Close()
 	for _, c := range []struct {
 		model string
@@ -101,7 +148,7 @@ func TestScenariosThroughTheRealLoop(t *testing.T) {
 	} {
 		t.Run(c.model, func(t *testing.T) {
 			rig := startSimRig(t, rigsim.Config{})
-			code, m := runLoop(t, bin, rig.url, extra.URL, c.model, "go")
+			code, m := runLoop(t, bin, api, rig.url, extra.URL, c.model, "go")
 			if m.Sentinel != contract.Done || code != contract.ExitDone {
 				t.Fatalf("ended %s (exit %d, %q, %s), want DONE", m.Sentinel, code, m.Recap, m.ExitReason)
 			}
@@ -112,7 +159,7 @@ func TestScenariosThroughTheRealLoop(t *testing.T) {
 	}
 	t.Run("sim/message then its follow-up", func(t *testing.T) {
 		rig := startSimRig(t, rigsim.Config{})
-		code, m := runLoop(t, bin, rig.url, model.URL, "sim/message", "Ask Ana what time dinner is tomorrow.")
+		code, m := runLoop(t, bin, api, rig.url, model.URL, "sim/message", "Ask Ana what time dinner is tomorrow.")
 		if m.Sentinel != contract.Wait || code != contract.ExitWait {
 			t.Fatalf("ended %s (exit %d, %q), want WAIT", m.Sentinel, code, m.Recap)
 		}
@@ -120,7 +167,7 @@ func TestScenariosThroughTheRealLoop(t *testing.T) {
 			t.Fatalf("sent %+v", s.Messages.Sent)
 		}
 		rig.advance(t, 300)
-		code, m = runLoop(t, bin, rig.url, model.URL, "sim/message", "Follow-up. The last session said: "+m.Recap)
+		code, m = runLoop(t, bin, api, rig.url, model.URL, "sim/message", "Follow-up. The last session said: "+m.Recap)
 		if m.Sentinel != contract.Done || code != contract.ExitDone || !strings.Contains(m.Recap, "7pm") {
 			t.Fatalf("the follow-up ended %s (exit %d, %q), want DONE", m.Sentinel, code, m.Recap)
 		}

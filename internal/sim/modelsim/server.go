@@ -1,8 +1,9 @@
-// Package modelsim is an OpenAI-compatible Chat Completions server that plays scripted
-// scenarios against a rig: each reply is the [note, one-other] turn the script's next step
-// asks for, resolved against the newest element listing in the request. It keeps no session
-// state, so one server serves a whole farm; the scenario comes from the model name
-// ("sim/timer") or a marker in the trigger ("[scenario:timer]").
+// Package modelsim is an OpenAI-compatible server that plays scripted scenarios against a
+// rig, on both OpenAI wires (Chat Completions, and the Responses API with its stored
+// responses): each reply is the [note, one-other] turn the script's next step asks for,
+// resolved against the newest element listing in the conversation. The script's progress is
+// read from the conversation, so one server serves a whole farm; the scenario comes from the
+// model name ("sim/timer") or a marker in the trigger ("[scenario:timer]").
 package modelsim
 
 import (
@@ -33,19 +34,25 @@ type Server struct {
 	lib Library
 	now func() time.Time
 
+	// ResponseTTL is how long a stored response (the Responses wire) can
+	// be continued; 0: DefaultResponseTTL.
+	ResponseTTL time.Duration
+
 	mu     sync.Mutex
-	served map[string]int // fault key → times served
+	served map[string]int            // fault key → times served
+	kept   map[string]storedResponse // stored responses by id
 }
 
 // NewServer serves lib.
 func NewServer(lib Library) *Server {
-	return &Server{lib: lib, now: time.Now, served: map[string]int{}}
+	return &Server{lib: lib, now: time.Now, served: map[string]int{}, kept: map[string]storedResponse{}}
 }
 
-// Handler serves POST /v1/chat/completions and GET /v1/models.
+// Handler serves POST /v1/chat/completions, POST /v1/responses and GET /v1/models.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", s.chatCompletions)
+	mux.HandleFunc("POST /v1/responses", s.responses)
 	mux.HandleFunc("GET /v1/models", s.models)
 	return mux
 }
@@ -97,44 +104,10 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "messages must not be empty")
 		return
 	}
-	t := readTranscript(req.Messages)
-	sc, err := s.scenarioFor(req, t)
-	if err != nil {
-		writeError(w, http.StatusNotFound, "invalid_request_error", err.Error())
+	rep, u, stall, ok := s.play(w, r, req)
+	if !ok {
 		return
 	}
-	sess := sc.session(t.trigger)
-	if sess == nil {
-		writeError(w, http.StatusNotFound, "invalid_request_error", fmt.Sprintf("scenario %s has no session for this trigger and no default", sc.Name))
-		return
-	}
-	rep, st := sess.next(t)
-	rep = expandTemplates(rep, s.now())
-
-	var stall time.Duration
-	if st != nil && st.Fault != nil && s.serveFault(st.Fault, sc.Name, req.Messages) {
-		f := st.Fault
-		if f.SlowFirstByte != "" {
-			d, _ := time.ParseDuration(f.SlowFirstByte)
-			if clock.Sleep(r.Context(), d) != nil {
-				return // the client went away
-			}
-		}
-		switch f.Status {
-		case http.StatusTooManyRequests:
-			if f.RetryAfter > 0 {
-				w.Header().Set("Retry-After", fmt.Sprint(f.RetryAfter))
-			}
-			writeError(w, f.Status, "rate_limit_error", "Rate limit reached for requests (modelsim fault). Please try again later.")
-			return
-		case 0:
-		default:
-			writeError(w, f.Status, "server_error", "The server had an error while processing your request (modelsim fault).")
-			return
-		}
-		stall, _ = time.ParseDuration(f.Stall)
-	}
-	u := usageOf(req, rep)
 	id := "chatcmpl-" + shortHash(body)
 	if req.Stream {
 		s.stream(w, r, req, id, rep, u, stall)
@@ -150,6 +123,50 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, chatResponse{ID: id, Object: "chat.completion", Created: s.now().Unix(), Model: req.Model,
 		Choices: []choice{{Index: 0, Message: msg, FinishReason: rep.finish}}, Usage: u})
+}
+
+// play decides the reply to a conversation in the Chat Completions shape
+// (the Responses wire converts to it): the scenario's next turn, its usage,
+// and the fault the step asks for. It answers the request itself when the
+// fault is an error status or the request names no scenario (ok false).
+func (s *Server) play(w http.ResponseWriter, r *http.Request, req chatRequest) (rep reply, u usage, stall time.Duration, ok bool) {
+	t := readTranscript(req.Messages)
+	sc, err := s.scenarioFor(req, t)
+	if err != nil {
+		writeError(w, http.StatusNotFound, "invalid_request_error", err.Error())
+		return rep, u, 0, false
+	}
+	sess := sc.session(t.trigger)
+	if sess == nil {
+		writeError(w, http.StatusNotFound, "invalid_request_error", fmt.Sprintf("scenario %s has no session for this trigger and no default", sc.Name))
+		return rep, u, 0, false
+	}
+	rep, st := sess.next(t)
+	rep = expandTemplates(rep, s.now())
+
+	if st != nil && st.Fault != nil && s.serveFault(st.Fault, sc.Name, req.Messages) {
+		f := st.Fault
+		if f.SlowFirstByte != "" {
+			d, _ := time.ParseDuration(f.SlowFirstByte)
+			if clock.Sleep(r.Context(), d) != nil {
+				return rep, u, 0, false // the client went away
+			}
+		}
+		switch f.Status {
+		case http.StatusTooManyRequests:
+			if f.RetryAfter > 0 {
+				w.Header().Set("Retry-After", fmt.Sprint(f.RetryAfter))
+			}
+			writeError(w, f.Status, "rate_limit_error", "Rate limit reached for requests (modelsim fault). Please try again later.")
+			return rep, u, 0, false
+		case 0:
+		default:
+			writeError(w, f.Status, "server_error", "The server had an error while processing your request (modelsim fault).")
+			return rep, u, 0, false
+		}
+		stall, _ = time.ParseDuration(f.Stall)
+	}
+	return rep, usageOf(req, rep), stall, true
 }
 
 // serveFault reports whether the fault is still due for this exact request, and counts it.

@@ -1,0 +1,348 @@
+package openai
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	goopenai "github.com/sashabaranov/go-openai"
+
+	"github.com/clawfarm/clawfarm/internal/provider"
+)
+
+// The wires of the adapter (seed 002, "OpenAIAdapter": the Responses API
+// with incremental state, and Chat Completions with the whole context).
+const (
+	APIChat      = "chat"
+	APIResponses = "responses"
+)
+
+// The Responses API's input items, as much of them as the adapter sends.
+// Reasoning items go back as the service sent them (json.RawMessage).
+type (
+	inputMessage struct {
+		Type    string `json:"type"`
+		Role    string `json:"role"`
+		Content []any  `json:"content"`
+	}
+	inputText struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	inputImage struct {
+		Type     string `json:"type"`
+		ImageURL string `json:"image_url"`
+		Detail   string `json:"detail"`
+	}
+	functionCall struct {
+		Type      string `json:"type"`
+		CallID    string `json:"call_id"`
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	}
+	functionCallOutput struct {
+		Type   string `json:"type"`
+		CallID string `json:"call_id"`
+		Output string `json:"output"`
+	}
+)
+
+// outputItem is an output item as the stream's response.output_item.done carries it.
+type outputItem struct {
+	Type      string `json:"type"`
+	CallID    string `json:"call_id"`
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+	Content   []struct {
+		Type    string `json:"type"`
+		Text    string `json:"text"`
+		Refusal string `json:"refusal"`
+	} `json:"content"`
+	Summary []struct {
+		Text string `json:"text"`
+	} `json:"summary"`
+}
+
+// ChainState is the Responses wire's incremental state, for the snapshot.
+func (a *Adapter) ChainState() []byte { return a.chain.state() }
+
+// RestoreChain continues the stored responses of a snapshot.
+func (a *Adapter) RestoreChain(state []byte) error { return a.chain.restore(state) }
+
+// responses sends one request on the Responses wire. With store on it
+// continues from the newest stored response that the transcript still
+// starts with (chain.go); when the service no longer has that response it
+// starts over with the whole transcript, once.
+func (a *Adapter) responses(ctx context.Context, req *provider.Request, sink provider.Sink) (*provider.Reply, error) {
+	n := len(req.Messages) - req.Pinned
+	transcript, pinned := req.Messages[:n], req.Messages[n:]
+	prints := fingerprints(transcript)
+	cont, continued := continuation{}, false
+	if !a.cfg.NoStore {
+		cont, continued = a.chain.from(transcript, prints)
+	}
+	for {
+		sp := provider.NewSplicer()
+		sent := transcript[cont.start:]
+		rreq := a.encodeResponses(req, sent, pinned, cont.cp.ID, sp)
+		cctx, x := provider.WithExchange(provider.WithSplicer(ctx, sp))
+		reply, id, err := a.streamResponses(cctx, rreq, sink)
+		if err != nil {
+			if continued && previousNotFound(err) {
+				// Expired, deleted, or a resumed attempt's chain the service
+				// no longer has: start a new chain with the whole transcript.
+				a.chain.drop()
+				cont, continued = continuation{}, false
+				continue
+			}
+			return nil, a.classify(cctx, err, x)
+		}
+		reply.RequestBytes = x.RequestBytes
+		if !a.cfg.NoStore && id != "" && !hasImages(pinned) {
+			covers := append(append(cont.cp.Covers[:len(cont.cp.Covers):len(cont.cp.Covers)], marks(sent, prints[cont.start:])...),
+				mark{F: fingerprint(&reply.Message)})
+			a.chain.add(checkpoint{ID: id, Covers: covers})
+		}
+		return reply, nil
+	}
+}
+
+func hasImages(msgs []provider.Message) bool {
+	for _, m := range msgs {
+		if len(m.Images) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// encodeResponses builds the request: the system prompt and the pinned
+// tail as instructions (not carried to the next response, so the chain
+// holds only the transcript), the transcript from the checkpoint on as
+// input items, and the tools.
+func (a *Adapter) encodeResponses(req *provider.Request, msgs, pinned []provider.Message, previous string, sp *provider.Splicer) goopenai.CreateResponseRequest {
+	maxTokens := req.MaxTokens
+	if maxTokens <= 0 {
+		maxTokens = a.cfg.MaxTokens
+	}
+	instructions := []string{req.System}
+	var fresh []provider.Message
+	for _, m := range pinned {
+		if m.Text != "" {
+			instructions = append(instructions, m.Text)
+		}
+		if len(m.Images) > 0 {
+			fresh = append(fresh, provider.Message{Role: provider.RoleUser, Images: m.Images})
+		}
+	}
+	store := !a.cfg.NoStore
+	rreq := goopenai.CreateResponseRequest{
+		Model:              a.cfg.Model,
+		Instructions:       strings.TrimSpace(strings.Join(instructions, "\n\n")),
+		Input:              encodeItems(append(msgs[:len(msgs):len(msgs)], fresh...), sp),
+		PreviousResponseID: previous,
+		MaxOutputTokens:    maxTokens,
+		Store:              &store,
+		Stream:             true,
+	}
+	if !store {
+		// Without stored responses, reasoning can only come back encrypted.
+		rreq.Include = []goopenai.ResponseInclude{goopenai.ResponseIncludeReasoningEncryptedContent}
+	}
+	for _, t := range req.Tools {
+		rreq.Tools = append(rreq.Tools, goopenai.NewResponseFunctionTool(goopenai.FunctionDefinition{
+			Name: t.Name, Description: t.Description, Parameters: t.Schema}))
+	}
+	return rreq
+}
+
+// EncodeItems converts transcript messages to Responses input items. The
+// screens of a user message are input images after the tool outputs, as on
+// the chat wire.
+func EncodeItems(msgs []provider.Message) []any { return encodeItems(msgs, nil) }
+
+func encodeItems(msgs []provider.Message, sp *provider.Splicer) []any {
+	out := make([]any, 0, len(msgs)+1)
+	for _, m := range msgs {
+		switch m.Role {
+		case provider.RoleUser:
+			var content []any
+			if m.Text != "" || len(m.Images) == 0 {
+				content = append(content, inputText{Type: "input_text", Text: nonEmpty(m.Text)})
+			}
+			for _, im := range m.Images {
+				url := im.DataURL()
+				if sp != nil && provider.SpliceSafe(im.MIMEType) {
+					url = sp.Placeholder(url)
+				}
+				content = append(content, inputImage{Type: "input_image", ImageURL: url, Detail: "auto"})
+			}
+			out = append(out, inputMessage{Type: "message", Role: "user", Content: content})
+		case provider.RoleAssistant:
+			for _, r := range m.ReasoningItems {
+				out = append(out, r)
+			}
+			if m.Text != "" || len(m.ToolCalls) == 0 {
+				out = append(out, inputMessage{Type: "message", Role: "assistant",
+					Content: []any{inputText{Type: "output_text", Text: nonEmptyReply(m.Text)}}})
+			}
+			for _, c := range m.ToolCalls {
+				out = append(out, functionCall{Type: "function_call", CallID: c.ID, Name: c.Name, Arguments: c.Arguments})
+			}
+		case provider.RoleTool:
+			out = append(out, functionCallOutput{Type: "function_call_output", CallID: m.ToolCallID, Output: nonEmpty(m.Text)})
+		}
+	}
+	return out
+}
+
+func nonEmptyReply(s string) string {
+	if s == "" {
+		return "(no reply)"
+	}
+	return s
+}
+
+// streamError is an error the service reports inside the stream (an error
+// event, or response.failed).
+type streamError struct {
+	Code, Message string
+}
+
+func (e *streamError) Error() string { return e.Code + ": " + e.Message }
+
+// streamResponses reads the event stream into a reply and the response's id.
+func (a *Adapter) streamResponses(ctx context.Context, rreq goopenai.CreateResponseRequest, sink provider.Sink) (*provider.Reply, string, error) {
+	st, err := a.client.CreateResponseStream(ctx, rreq)
+	if err != nil {
+		return nil, "", err
+	}
+	defer st.Close()
+	var (
+		id        string
+		text      strings.Builder
+		reason    strings.Builder
+		msg       = provider.Message{Role: provider.RoleAssistant}
+		usage     provider.Usage
+		finish    = provider.FinishStop
+		completed bool
+		streamed  bool // text came as deltas
+	)
+	for {
+		ev, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, "", err
+		}
+		switch ev.Type {
+		case goopenai.ResponseStreamEventCreated:
+			if ev.Response != nil {
+				id = ev.Response.ID
+			}
+		case goopenai.ResponseStreamEventOutputTextDelta, goopenai.ResponseStreamEventRefusalDelta:
+			streamed = true
+			text.WriteString(ev.Delta)
+			sink.Text(ev.Delta)
+		case goopenai.ResponseStreamEventReasoningSummaryTextDelta, goopenai.ResponseStreamEventReasoningTextDelta:
+			reason.WriteString(ev.Delta)
+			sink.Thinking(ev.Delta)
+		case goopenai.ResponseStreamEventOutputItemDone:
+			var raw struct {
+				Item json.RawMessage `json:"item"`
+			}
+			var it outputItem
+			if json.Unmarshal(ev.Raw, &raw) != nil || json.Unmarshal(raw.Item, &it) != nil {
+				continue
+			}
+			switch it.Type {
+			case "reasoning":
+				msg.ReasoningItems = append(msg.ReasoningItems, raw.Item)
+				if reason.Len() == 0 {
+					for _, s := range it.Summary {
+						reason.WriteString(s.Text)
+					}
+				}
+			case "function_call":
+				msg.ToolCalls = append(msg.ToolCalls, provider.ToolCall{ID: it.CallID, Name: it.Name, Arguments: it.Arguments})
+			case "message":
+				if !streamed {
+					for _, c := range it.Content {
+						text.WriteString(c.Text + c.Refusal)
+					}
+				}
+			}
+		case goopenai.ResponseStreamEventCompleted, goopenai.ResponseStreamEventIncomplete:
+			completed = true
+			if r := ev.Response; r != nil {
+				if r.ID != "" {
+					id = r.ID
+				}
+				if r.Usage != nil {
+					usage = provider.Usage{PromptTokens: int64(r.Usage.InputTokens), CompletionTokens: int64(r.Usage.OutputTokens)}
+					if r.Usage.InputTokensDetails != nil {
+						usage.CachedTokens = int64(r.Usage.InputTokensDetails.CachedTokens)
+					}
+				}
+				if ev.Type == goopenai.ResponseStreamEventIncomplete {
+					finish = provider.FinishLength
+					if r.IncompleteDetails != nil && r.IncompleteDetails.Reason == "content_filter" {
+						finish = provider.FinishContentFilter
+					}
+				}
+			}
+		case goopenai.ResponseStreamEventFailed:
+			se := &streamError{Code: "server_error", Message: "the response failed"}
+			if ev.Response != nil && ev.Response.Error != nil {
+				se = &streamError{Code: ev.Response.Error.Code, Message: ev.Response.Error.Message}
+			}
+			return nil, "", se
+		case goopenai.ResponseStreamEventError:
+			return nil, "", &streamError{Code: ev.Code, Message: ev.Message}
+		}
+	}
+	if !completed {
+		return nil, "", fmt.Errorf("the response stream ended before response.completed: %w", io.ErrUnexpectedEOF)
+	}
+	msg.Text = strings.TrimSpace(text.String())
+	msg.Reasoning = strings.TrimSpace(reason.String())
+	if len(msg.ToolCalls) > 0 && finish == provider.FinishStop {
+		finish = provider.FinishToolCalls
+	}
+	return &provider.Reply{Message: msg, FinishReason: finish, Usage: usage}, id, nil
+}
+
+// previousNotFound reports whether the service no longer has the response
+// a request continued from.
+func previousNotFound(err error) bool {
+	var apiErr *goopenai.APIError
+	if errors.As(err, &apiErr) {
+		code, _ := apiErr.Code.(string)
+		m := strings.ToLower(apiErr.Message)
+		return code == "previous_response_not_found" ||
+			strings.Contains(m, "previous response") && strings.Contains(m, "not found")
+	}
+	var se *streamError
+	return errors.As(err, &se) && se.Code == "previous_response_not_found"
+}
+
+// streamStatus gives an in-stream error code the HTTP status the service
+// would have answered with, so provider.Classify puts it in the same class.
+func streamStatus(code string) int {
+	switch {
+	case strings.Contains(code, "rate_limit"):
+		return http.StatusTooManyRequests
+	case code == "server_error", strings.Contains(code, "overloaded"), code == "":
+		return http.StatusInternalServerError
+	case strings.Contains(code, "auth"), code == "invalid_api_key":
+		return http.StatusUnauthorized
+	case code == "model_not_found":
+		return http.StatusNotFound
+	}
+	return http.StatusBadRequest
+}
