@@ -1,6 +1,6 @@
 // Command kubectl-claw is the kubectl plugin for clawfarm: `kubectl claw run`,
-// `wait`, `logs`, `cancel` and `rigs` (docs/kubectl-claw.md). The logic is in
-// internal/claw; this is wiring only.
+// `wait`, `logs`, `trace`, `ui`, `cancel` and `rigs` (docs/kubectl-claw.md).
+// The logic is in internal/claw; this is wiring only.
 package main
 
 import (

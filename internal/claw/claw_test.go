@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/internal/rignode"
 	"github.com/clawfarm/clawfarm/internal/testing/testenv"
 )
 
@@ -34,6 +35,14 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// The test binary is also rignode's shim and the program of the pod
+	// that stands in for the trace server (server_test.go).
+	if len(os.Args) > 1 && os.Args[1] == "shim" {
+		os.Exit(rignode.RunShim(os.Args[2:]))
+	}
+	if target := os.Getenv(proxyPodTarget); target != "" {
+		os.Exit(proxyPod(target, os.Getenv(proxyPodListen)))
+	}
 	var err error
 	if env, err = testenv.Start("../../config/crd/bases"); err != nil {
 		fmt.Fprintln(os.Stderr, err)

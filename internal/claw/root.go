@@ -2,9 +2,11 @@
 // (cmd/kubectl-claw, docs/kubectl-claw.md): run an AgentRun from flags or a
 // file and follow it turn by turn, wait for a run's outcome as an exit code,
 // read an attempt's event stream as lines a person reads, cancel a run, and
-// list the rigs with their queues. It speaks to the API server only, as
-// the operator's users do: it reads what the operator and the loop write in
-// a run's status and the loop pod's log, and writes only AgentRuns.
+// list the rigs with their queues. It speaks to the API server, as the
+// operator's users do: it reads what the operator and the loop write in a
+// run's status and the loop pod's log, and writes only AgentRuns. trace and
+// ui read the trace server too, as the user, through the API server
+// (server.go, token.go).
 package claw
 
 import (
@@ -42,6 +44,8 @@ type Options struct {
 	Poll time.Duration
 	// TTY says whether Out is a terminal; nil: ask the terminal.
 	TTY *bool
+	// Browser opens a file or URL; nil: the desktop's (xdg-open, open).
+	Browser func(target string) error
 
 	client client.Client
 }
@@ -95,7 +99,8 @@ func (o *Options) NewCommand() *cobra.Command {
 		Short: "Run and follow clawfarm AgentRuns on phone rigs",
 		Long: `kubectl claw runs an AgentRun and follows it turn by turn, waits for a
 run's outcome as an exit code, shows an attempt's log as readable lines,
-cancels a run and lists the rigs with their queues.
+cancels a run and lists the rigs with their queues. trace and ui show a
+run's stored trace — screens and all — from the trace server.
 
 Exit codes of run --wait, wait and cancel --wait:
   0 DONE or IDLE    1 FAIL       2 STUCK, no attempt left
@@ -116,7 +121,8 @@ Exit codes of run --wait, wait and cancel --wait:
 	o.Config.AddFlags(root.PersistentFlags())
 	root.PersistentFlags().DurationVar(&o.Poll, "poll-interval", time.Second, "how often a followed run's status is read")
 	_ = root.PersistentFlags().MarkHidden("poll-interval")
-	root.AddCommand(o.newRunCommand(), o.newWaitCommand(), o.newLogsCommand(), o.newCancelCommand(), o.newRigsCommand())
+	root.AddCommand(o.newRunCommand(), o.newWaitCommand(), o.newLogsCommand(), o.newCancelCommand(), o.newRigsCommand(),
+		o.newTraceCommand(), o.newUICommand())
 	return root
 }
 
