@@ -32,6 +32,11 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	"sub":   func(a, b float64) float64 { return a - b },
 	"css":   func() template.CSS { return template.CSS(mustRead("ui/app.css")) },
 	"lower": strings.ToLower,
+	"lines": func(s string) int { return strings.Count(strings.TrimRight(s, "\n"), "\n") + 1 },
+	"firstLine": func(s string) string {
+		first, _, _ := strings.Cut(s, "\n")
+		return first
+	},
 }).ParseFS(uiFiles, "ui/*.html"))
 
 func mustRead(name string) string {

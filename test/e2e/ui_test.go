@@ -55,10 +55,15 @@ func browser(t *testing.T) context.Context {
 	return ctx
 }
 
-// screenshot saves the page as a PNG under .e2e/screenshots/ for a reviewer.
-func screenshot(t *testing.T, ctx context.Context, name string) {
+// screenshot saves the page (the whole page, or the window's view when
+// full is false) as a PNG under .e2e/screenshots/ for a reviewer.
+func screenshot(t *testing.T, ctx context.Context, name string, full bool) {
 	t.Helper()
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(90))
+	shot := chromedp.CaptureScreenshot()
+	if full {
+		shot = chromedp.FullScreenshot(100) // 100: PNG
+	}
+	png, err := chromedp.Run(ctx, shot)
 	if err != nil {
 		t.Fatalf("screenshot %s: %v", name, err)
 	}
@@ -129,7 +134,7 @@ func TestTraceViewerInChromium(t *testing.T) {
 			before, after, eval[bool](t, ctx, `window.__sameDocument === true`))
 	}
 	t.Logf("live: the page went from %d to %d turns without a reload", before, after)
-	screenshot(t, ctx, "run-live.png")
+	screenshot(t, ctx, "run-live.png", false)
 
 	// The finished STUCK-then-DONE run.
 	waitFinished(t, "e2e-stuck-once", farmv1.RunSucceeded)
@@ -193,7 +198,8 @@ func TestTraceViewerInChromium(t *testing.T) {
 			break
 		}
 	}
-	screenshot(t, ctx, "run.png")
+	screenshot(t, ctx, "run.png", true)
+	screenshot(t, ctx, "run-top.png", false)
 
 	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS("#runs"))); err != nil {
 		t.Fatalf("open the runs list: %v", err)
@@ -201,5 +207,5 @@ func TestTraceViewerInChromium(t *testing.T) {
 	if n := eval[int](t, ctx, `document.querySelectorAll('#runs tr.run').length`); n < 2 {
 		t.Errorf("the runs list shows %d runs", n)
 	}
-	screenshot(t, ctx, "runs.png")
+	screenshot(t, ctx, "runs.png", false)
 }
