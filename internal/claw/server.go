@@ -2,6 +2,7 @@ package claw
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -51,6 +52,8 @@ func (s *serverFlags) addFlags(cmd *cobra.Command) {
 type traceServer struct {
 	token *userToken
 	http  *http.Client
+	// transport carries the requests (ui's proxy uses it too).
+	transport http.RoundTripper
 	// base returns the server's URL, re-establishing a lost port-forward.
 	base func(ctx context.Context) (*url.URL, error)
 	stop func()
@@ -69,7 +72,7 @@ func (o *Options) traceServer(ctx context.Context, sf *serverFlags) (*traceServe
 	if _, err := tok.Token(ctx); err != nil {
 		return nil, err
 	}
-	ts := &traceServer{token: tok, http: &http.Client{}, stop: func() {}}
+	ts := &traceServer{token: tok, http: &http.Client{}, transport: http.DefaultTransport, stop: func() {}}
 	if sf.url != "" {
 		u, err := serverURL(sf.url)
 		if err != nil {
@@ -82,17 +85,19 @@ func (o *Options) traceServer(ctx context.Context, sf *serverFlags) (*traceServe
 	if f.core, err = corev1client.NewForConfig(cfg); err != nil {
 		return nil, err
 	}
-	if _, err := f.addr(ctx); err != nil {
+	if _, err := f.url(ctx); err != nil {
 		return nil, err
 	}
-	ts.base = func(ctx context.Context) (*url.URL, error) {
-		addr, err := f.addr(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return &url.URL{Scheme: "http", Host: addr}, nil
-	}
+	ts.base = f.url
 	ts.stop = f.close
+	// A server that speaks HTTPS is reached at 127.0.0.1, the forward's
+	// end, with a certificate for its own names and a CA the plugin does
+	// not have: the certificate is not checked. The tunnel itself is the
+	// API server's, to the pod it named.
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{InsecureSkipVerify: true}
+	ts.transport = tr
+	ts.http = &http.Client{Transport: tr}
 	return ts, nil
 }
 
@@ -137,32 +142,40 @@ type forwarder struct {
 
 	mu    sync.Mutex
 	local string          // 127.0.0.1:port of the live forward
+	https bool            // the pod's port speaks HTTPS
 	lost  <-chan struct{} // closed when the forward ends
 	stop  context.CancelFunc
 }
 
-// addr returns the forward's local address, starting one when there is
-// none or the last one was lost (its pod went away).
-func (f *forwarder) addr(ctx context.Context) (string, error) {
+// url returns the URL of the forward's local end, starting a forward when
+// there is none or the last one was lost (its pod went away).
+func (f *forwarder) url(ctx context.Context) (*url.URL, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	live := false
 	if f.local != "" {
 		select {
 		case <-f.lost:
 		default:
-			return f.local, nil
+			live = true
 		}
 	}
-	pod, port, err := f.target(ctx)
-	if err != nil {
-		return "", err
+	if !live {
+		pod, port, https, err := f.target(ctx)
+		if err != nil {
+			return nil, err
+		}
+		local, lost, stop, err := f.start(pod, port)
+		if err != nil {
+			return nil, err
+		}
+		f.local, f.lost, f.stop, f.https = local, lost, stop, https
 	}
-	local, lost, stop, err := f.start(pod, port)
-	if err != nil {
-		return "", err
+	u := &url.URL{Scheme: "http", Host: f.local}
+	if f.https {
+		u.Scheme = "https"
 	}
-	f.local, f.lost, f.stop = local, lost, stop
-	return local, nil
+	return u, nil
 }
 
 func (f *forwarder) close() {
@@ -175,19 +188,20 @@ func (f *forwarder) close() {
 }
 
 // target picks a Ready pod the Service selects and the pod port its
-// (first, or "http") service port targets.
-func (f *forwarder) target(ctx context.Context) (string, int, error) {
+// (first, or "http") service port targets, and says whether that port
+// speaks HTTPS (the pod's probes of it do: the chart's server.tls).
+func (f *forwarder) target(ctx context.Context) (string, int, bool, error) {
 	where := fmt.Sprintf("service %s in namespace %s", f.service, f.namespace)
 	svc, err := f.core.Services(f.namespace).Get(ctx, f.service, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return "", 0, &exitError{code: ExitError, msg: where + " not found: is the trace server installed? " +
+		return "", 0, false, &exitError{code: ExitError, msg: where + " not found: is the trace server installed? " +
 			"Name it with --server-namespace and --server-service, or give --server-url"}
 	}
 	if err != nil {
-		return "", 0, fmt.Errorf("%s: %w", where, err)
+		return "", 0, false, fmt.Errorf("%s: %w", where, err)
 	}
 	if len(svc.Spec.Selector) == 0 || len(svc.Spec.Ports) == 0 {
-		return "", 0, &exitError{code: ExitError, msg: where + " has no selector or no port: kubectl claw port-forwards to the pods it selects"}
+		return "", 0, false, &exitError{code: ExitError, msg: where + " has no selector or no port: kubectl claw port-forwards to the pods it selects"}
 	}
 	sp := svc.Spec.Ports[0]
 	for _, p := range svc.Spec.Ports {
@@ -197,7 +211,7 @@ func (f *forwarder) target(ctx context.Context) (string, int, error) {
 	}
 	pods, err := f.core.Pods(f.namespace).List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(svc.Spec.Selector).String()})
 	if err != nil {
-		return "", 0, fmt.Errorf("pods of %s: %w", where, err)
+		return "", 0, false, fmt.Errorf("pods of %s: %w", where, err)
 	}
 	// The newest Ready pod: during a rollout, the one that stays.
 	items := pods.Items
@@ -211,9 +225,9 @@ func (f *forwarder) target(ctx context.Context) (string, int, error) {
 		if !ok {
 			continue
 		}
-		return p.Name, port, nil
+		return p.Name, port, probedHTTPS(p, port), nil
 	}
-	return "", 0, &exitError{code: ExitError, msg: fmt.Sprintf("no Ready pod of %s (%d pods match its selector): kubectl -n %s get pods -l %s",
+	return "", 0, false, &exitError{code: ExitError, msg: fmt.Sprintf("no Ready pod of %s (%d pods match its selector): kubectl -n %s get pods -l %s",
 		where, len(items), f.namespace, labels.SelectorFromSet(svc.Spec.Selector))}
 }
 
@@ -244,6 +258,27 @@ func targetPort(p *corev1.Pod, sp corev1.ServicePort) (int, bool) {
 		return int(tp.IntVal), true
 	}
 	return int(sp.Port), true
+}
+
+// probedHTTPS reports whether a probe of the pod checks port over HTTPS.
+func probedHTTPS(p *corev1.Pod, port int) bool {
+	for _, c := range p.Spec.Containers {
+		for _, pr := range []*corev1.Probe{c.ReadinessProbe, c.LivenessProbe, c.StartupProbe} {
+			if pr == nil || pr.HTTPGet == nil || pr.HTTPGet.Scheme != corev1.URISchemeHTTPS {
+				continue
+			}
+			pp := pr.HTTPGet.Port
+			if pp.Type == intstr.Int && int(pp.IntVal) == port {
+				return true
+			}
+			for _, cp := range c.Ports {
+				if pp.Type == intstr.String && cp.Name == pp.StrVal && int(cp.ContainerPort) == port {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // start forwards a loopback port to the pod's port, the way kubectl

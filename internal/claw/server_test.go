@@ -2,6 +2,7 @@ package claw
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	certutil "k8s.io/client-go/util/cert"
 
 	"github.com/clawfarm/clawfarm/internal/rignode"
 )
@@ -29,10 +31,12 @@ import (
 const (
 	proxyPodTarget = "CLAW_TEST_PROXY_TARGET"
 	proxyPodListen = "CLAW_TEST_PROXY_LISTEN"
+	proxyPodTLS    = "CLAW_TEST_PROXY_TLS"
 	traceNode      = "claw-trace-node"
 )
 
-// proxyPod is the pod's program: a reverse proxy on listen to target.
+// proxyPod is the pod's program: a reverse proxy on listen to target,
+// over HTTPS with a self-signed certificate when CLAW_TEST_PROXY_TLS is set.
 func proxyPod(target, listen string) int {
 	u, err := url.Parse(target)
 	if err != nil {
@@ -47,7 +51,22 @@ func proxyPod(target, listen string) int {
 	fmt.Println("listening")
 	// A bound on its life, should the test end without deleting the pod.
 	go func() { time.Sleep(5 * time.Minute); os.Exit(0) }()
-	_ = http.Serve(l, &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(u) }, FlushInterval: -1})
+	h := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(u) }, FlushInterval: -1}
+	if os.Getenv(proxyPodTLS) == "" {
+		_ = http.Serve(l, h)
+		return 1
+	}
+	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey("trace.example", nil, nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	_ = http.Serve(tls.NewListener(l, &tls.Config{Certificates: []tls.Certificate{pair}}), h)
 	return 1
 }
 
@@ -84,8 +103,9 @@ func startNode(t *testing.T) {
 }
 
 // serverBehindService runs the proxy pod on the rignode node and a Service
-// selecting it, its targetPort the pod's port named http.
-func serverBehindService(t *testing.T, ns, traceURL string) {
+// selecting it, its targetPort the pod's port named http; with useTLS the
+// pod speaks HTTPS, and its readiness probe says so, as the chart's does.
+func serverBehindService(t *testing.T, ns, traceURL string, useTLS bool) {
 	t.Helper()
 	ctx := context.Background()
 	cs := clientset(t)
@@ -102,6 +122,12 @@ func serverBehindService(t *testing.T, ns, traceURL string) {
 				Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: int32(port)}},
 				Env:   []corev1.EnvVar{{Name: proxyPodTarget, Value: traceURL}, {Name: proxyPodListen, Value: fmt.Sprintf("127.0.0.1:%d", port)}},
 			}}},
+	}
+	if useTLS {
+		c := &pod.Spec.Containers[0]
+		c.Env = append(c.Env, corev1.EnvVar{Name: proxyPodTLS, Value: "1"})
+		c.ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+			Path: "/healthz", Port: intstr.FromString("http"), Scheme: corev1.URISchemeHTTPS}}}
 	}
 	if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -166,7 +192,7 @@ func TestTraceAndUIThroughAPortForwardToTheServersPod(t *testing.T) {
 	events, rendered := recordedSession(t)
 	upload(t, srv.URL, run, 1, events, nil)
 	kc := viewerKubeconfig(t, ns)
-	serverBehindService(t, system, srv.URL)
+	serverBehindService(t, system, srv.URL, false)
 
 	// Without the port-forward RBAC, the error says what is missing.
 	c := claw(t, ns, nil, nil, "trace", "demo-timer", "--kubeconfig", kc, "--server-namespace", system)
@@ -209,5 +235,14 @@ func TestTraceAndUIThroughAPortForwardToTheServersPod(t *testing.T) {
 	cancel()
 	if code := <-done; code != 0 {
 		t.Errorf("ui exit %d", code)
+	}
+
+	// A server that speaks HTTPS (the chart's server.tls) is spoken to so.
+	secure := env.Namespace(t)
+	serverBehindService(t, secure, srv.URL, true)
+	grantPortForward(t, secure, ns)
+	c = claw(t, ns, nil, nil, "trace", "demo-timer", "--kubeconfig", kc, "--server-namespace", secure)
+	if c.code != 0 || strings.TrimSuffix(c.out.String(), "\n") != strings.Join(rendered, "\n") {
+		t.Errorf("trace through a port-forward to an HTTPS server: exit %d, %s\n%s", c.code, c.errOut, c.out)
 	}
 }

@@ -97,6 +97,7 @@ func (ts *traceServer) proxy(addr string, errOut io.Writer) http.Handler {
 			pr.Out.Header.Del("Cookie")
 			pr.Out.Header.Set("Authorization", "Bearer "+base.token)
 		},
+		Transport: ts.transport,
 		// Server-sent events must reach the browser as they come.
 		FlushInterval: -1,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
