@@ -415,3 +415,54 @@ func TestFollowUpMovesToTheNextJob(t *testing.T) {
 		t.Fatalf("follow-up %+v, want none chosen (the run's default delay)", f)
 	}
 }
+
+// chainedModel is a provider that keeps a conversation on the service
+// (provider.Chained): its state names the turn of the newest reply.
+type chainedModel struct {
+	provider.Provider
+	replies  int
+	restored []byte
+}
+
+func (c *chainedModel) Stream(ctx context.Context, req *provider.Request, sink provider.Sink) (*provider.Reply, error) {
+	r, err := c.Provider.Stream(ctx, req, sink)
+	if err == nil {
+		c.replies++
+	}
+	return r, err
+}
+
+func (c *chainedModel) ChainState() []byte { return []byte(fmt.Sprintf(`{"reply":%d}`, c.replies)) }
+
+func (c *chainedModel) RestoreChain(b []byte) error { c.restored = b; return nil }
+
+// A provider's conversation on the service goes into the snapshot after
+// every round, and a resumed session hands it back before its first request.
+func TestResumeRestoresTheProviderChain(t *testing.T) {
+	steps := withIDs([]pt.Step{step("planning", "update_progress", onePlan), step("look", "peek", `{}`),
+		step("look again", "peek", `{}`), end("DONE")})
+	dir := openDir(t)
+	cut := newHarness(t, steps...)
+	cut.cfg.Provider = &chainedModel{Provider: cut.cfg.Provider}
+	w := withPolicies(t, cut, dir, nil, true)
+	ctx, cancel := context.WithCancel(context.Background())
+	cut.cfg.Observers = append(cut.cfg.Observers, killAt{2, cancel})
+	cut.run(ctx)
+	w.Close()
+	snap, msgs, err := snapshot.Load(dir, snapshot.Key("ns/run", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(snap.State.Chain) != `{"reply":2}` {
+		t.Fatalf("snapshot chain %s, want the state after the second reply", snap.State.Chain)
+	}
+	resumed := newHarness(t, steps[2:]...)
+	model := &chainedModel{Provider: resumed.cfg.Provider}
+	resumed.cfg.Provider = model
+	withPolicies(t, resumed, dir, &snap.State, false)
+	resumed.cfg.Resume = msgs
+	want(t, resumed.run(context.Background()), contract.Done, contract.ReasonEndTurn, 0)
+	if string(model.restored) != `{"reply":2}` {
+		t.Errorf("restored chain %q, want the snapshot's", model.restored)
+	}
+}

@@ -160,13 +160,6 @@ func (s *Server) store(id string, v storedResponse) {
 	s.kept[id] = v
 }
 
-// Forget drops every stored response, as a service does when they expire.
-func (s *Server) Forget() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.kept = map[string]storedResponse{}
-}
-
 // inputItems reads input: a string (one user message) or a list of items.
 func inputItems(raw json.RawMessage) ([]item, error) {
 	var text string
