@@ -138,6 +138,7 @@ func TestAttemptPodShape(t *testing.T) {
 	run.Spec.Model.APIKeySecretRef = &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "model-key"}, Key: "key"}
 	run.Spec.Skills = []farmv1.SkillSource{{ConfigMapName: "shopping"}}
 	run.Spec.DenyTools = []string{"force_quit"}
+	run.Spec.Model.API = farmv1.ModelAPIResponses
 	create(t, run)
 	waitPhase(t, ns, "shape", farmv1.RunRunning)
 	var pod corev1.Pod
@@ -174,7 +175,7 @@ func TestAttemptPodShape(t *testing.T) {
 		"CLAWFARM_TRIGGER": run.Spec.Trigger, "CLAWFARM_MODEL_PROVIDER": "openai-compatible", "CLAWFARM_MODEL": "sim/timer",
 		"CLAWFARM_MODEL_BASE_URL": "http://127.0.0.1:1/v1", "CLAWFARM_MAX_TURNS": "300", "CLAWFARM_SESSION_SECONDS": "3600",
 		"CLAWFARM_STATE_DIR": contract.StateMountPath, "CLAWFARM_SKILLS_DIRS": contract.SkillsMountRoot + "/shopping",
-		"CLAWFARM_DENY_TOOLS": "force_quit", "CLAWFARM_CONTEXT_WINDOW": "128000",
+		"CLAWFARM_DENY_TOOLS": "force_quit", "CLAWFARM_CONTEXT_WINDOW": "128000", "CLAWFARM_MODEL_API": "responses",
 	}
 	for k, v := range want {
 		if got := envOf(&pod, k); got != v {

@@ -67,6 +67,8 @@ func TestBadManifestsAreRejected(t *testing.T) {
 		{"no model", run("  trigger: go\n  rigRef: {name: a}\n"), "spec.model"},
 		{"unknown provider", run("  trigger: go\n  rigRef: {name: a}\n  model: {name: m, provider: skynet}\n"), "spec.model.provider"},
 		{"compatible without URL", run("  trigger: go\n  rigRef: {name: a}\n  model: {name: m, provider: openai-compatible}\n"), "baseURL is required"},
+		{"unknown wire", run("  trigger: go\n  rigRef: {name: a}\n  model: {name: m, api: completions}\n"), "spec.model.api"},
+		{"anthropic on the responses wire", run("  trigger: go\n  rigRef: {name: a}\n  model: {name: m, provider: anthropic, api: responses}\n"), "Messages API only"},
 		{"zero attempts", run("  trigger: go\n  rigRef: {name: a}\n" + model + "  limits: {maxAttempts: 0}\n"), "spec.limits.maxAttempts"},
 		{"too many turns", run("  trigger: go\n  rigRef: {name: a}\n" + model + "  limits: {maxTurns: 100000}\n"), "spec.limits.maxTurns"},
 		{"tiny session", run("  trigger: go\n  rigRef: {name: a}\n" + model + "  limits: {attemptTimeoutSeconds: 5}\n"), "spec.limits.attemptTimeoutSeconds"},
