@@ -27,6 +27,7 @@ type responsesServer struct {
 	n       int
 	reqs    []responsesCall
 	failure func(n int, w http.ResponseWriter) bool // answers instead when true
+	action  func(n int) (name, args string)         // the second call of reply n; nil: peek
 }
 
 // responsesCall is one request as the service saw it.
@@ -79,10 +80,14 @@ func (rs *responsesServer) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := fmt.Sprintf("resp_%d", rs.n)
+	name, args := "peek", "{}"
+	if rs.action != nil {
+		name, args = rs.action(rs.n)
+	}
 	out := []json.RawMessage{
 		json.RawMessage(fmt.Sprintf(`{"type":"reasoning","id":"rs_%d","summary":[{"type":"summary_text","text":"thought %d"}],"encrypted_content":"enc%d"}`, rs.n, rs.n, rs.n)),
 		json.RawMessage(fmt.Sprintf(`{"type":"function_call","id":"fc_%d_0","call_id":"n%d","name":"note","arguments":"{\"summary\":\"turn %d\"}","status":"completed"}`, rs.n, rs.n, rs.n)),
-		json.RawMessage(fmt.Sprintf(`{"type":"function_call","id":"fc_%d_1","call_id":"p%d","name":"peek","arguments":"{}","status":"completed"}`, rs.n, rs.n)),
+		json.RawMessage(fmt.Sprintf(`{"type":"function_call","id":"fc_%d_1","call_id":"p%d","name":%q,"arguments":%q,"status":"completed"}`, rs.n, rs.n, name, args)),
 	}
 	if call.store {
 		rs.stored[id] = append(call.conversation, out...)
