@@ -15,16 +15,16 @@ type Setting struct {
 
 // The loop's settings (docs/loop-contract.md, "Settings").
 var (
-	SettingRun            = Setting{"run", "CLAWFARM_RUN", "namespace/name of the AgentRun (progress is patched there; empty = no cluster)"}
-	SettingAttempt        = Setting{"attempt", "CLAWFARM_ATTEMPT", "attempt number, from 1"}
-	SettingRigEndpoint    = Setting{"rig-endpoint", "CLAWFARM_RIG_ENDPOINT", "the rig's MCP URL"}
-	SettingTrigger        = Setting{"trigger", "CLAWFARM_TRIGGER", "the opening message"}
-	SettingModelProvider  = Setting{"model-provider", "CLAWFARM_MODEL_PROVIDER", "provider preset (openai, anthropic, qwen, moonshot, deepseek, google, openai-compatible)"}
-	SettingModel          = Setting{"model", "CLAWFARM_MODEL", "model name"}
-	SettingModelBaseURL   = Setting{"model-base-url", "CLAWFARM_MODEL_BASE_URL", "base URL override"}
+	SettingRun           = Setting{"run", "CLAWFARM_RUN", "namespace/name of the AgentRun (progress is patched there; empty = no cluster)"}
+	SettingAttempt       = Setting{"attempt", "CLAWFARM_ATTEMPT", "attempt number, from 1"}
+	SettingRigEndpoint   = Setting{"rig-endpoint", "CLAWFARM_RIG_ENDPOINT", "the rig's MCP URL"}
+	SettingTrigger       = Setting{"trigger", "CLAWFARM_TRIGGER", "the opening message"}
+	SettingModelProvider = Setting{"model-provider", "CLAWFARM_MODEL_PROVIDER", "provider preset (openai, anthropic, qwen, moonshot, deepseek, google, openai-compatible)"}
+	SettingModel         = Setting{"model", "CLAWFARM_MODEL", "model name"}
+	SettingModelBaseURL  = Setting{"model-base-url", "CLAWFARM_MODEL_BASE_URL", "base URL override"}
 	// SettingModelAPI is optional: an operator that does not set it gets
 	// the preset's wire.
-	SettingModelAPI = Setting{"model-api", "CLAWFARM_MODEL_API", "the wire of an OpenAI-style provider: chat (Chat Completions) or responses (the Responses API); default responses for openai, chat for the others"}
+	SettingModelAPI       = Setting{"model-api", "CLAWFARM_MODEL_API", "the wire of an OpenAI-style provider: chat (Chat Completions) or responses (the Responses API); default responses for openai, chat for the others"}
 	SettingModelAPIKey    = Setting{"", "CLAWFARM_MODEL_API_KEY", "the API key, from a Secret (env only: never a flag, never printed)"}
 	SettingContextWindow  = Setting{"context-window", "CLAWFARM_CONTEXT_WINDOW", "input budget in tokens"}
 	SettingMaxTurns       = Setting{"max-turns", "CLAWFARM_MAX_TURNS", "turn limit"}

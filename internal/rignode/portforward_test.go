@@ -11,9 +11,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/transport/spdy"
+	//lint:ignore SA1019 client-go's portforward and spdy packages still take and return this package's Dialer
+	"k8s.io/apimachinery/pkg/util/httpstream"
 )
 
 // kubectl port-forward reaches a rignode pod through the API server: the

@@ -24,7 +24,9 @@ type oneWriter struct{}
 func (oneWriter) Writer(context.Context, string) (*trace.Writer, error) {
 	return &trace.Writer{Namespace: "ns", Run: "run", RunUID: "uid", Attempt: 1, Pod: "run-a1"}, nil
 }
-func (oneWriter) Reader(context.Context, string) (*trace.Reader, error) { return nil, trace.ErrUnauthenticated }
+func (oneWriter) Reader(context.Context, string) (*trace.Reader, error) {
+	return nil, trace.ErrUnauthenticated
+}
 func (oneWriter) CanRead(context.Context, *trace.Reader, string) (bool, error) {
 	return false, nil
 }
