@@ -189,6 +189,16 @@ func screenJPEG(t *testing.T, shade uint8) []byte {
 	return b.Bytes()
 }
 
+// settingsRun makes a namespace with the run "settings" and its first
+// attempt's pod, and returns the pod's trace token and the attempt's API path.
+func settingsRun(t *testing.T) (ns, token, base string) {
+	t.Helper()
+	ns = env.Namespace(t)
+	makeSA(t, ns, "loop")
+	run := makeRun(t, ns, "settings")
+	return ns, attemptPod(t, run, 1, DefaultAudience), "/api/v1/runs/" + ns + "/settings/attempts/1"
+}
+
 // session is a short recorded stream: a peek, then a tap on what it showed.
 const session = `{"ts":"2026-12-01T10:00:00Z","stream":"lifecycle","type":"session_start","run":"%[1]s","attempt":1,"provider":"openai-compatible","model":"sim/settings","tools":["peek","tap"]}
 {"ts":"2026-12-01T10:00:01Z","stream":"tool","type":"tool_start","turn":1,"tool":"note","callId":"c1","args":{"summary":"looking at the home screen"}}
@@ -312,11 +322,7 @@ func TestReadersNeedGetAgentRuns(t *testing.T) {
 
 func TestRunPageDrawsTheTapWhereTheEventSays(t *testing.T) {
 	f := newFixture(t)
-	ns := env.Namespace(t)
-	makeSA(t, ns, "loop")
-	run := makeRun(t, ns, "settings")
-	tok := attemptPod(t, run, 1, DefaultAudience)
-	base := "/api/v1/runs/" + ns + "/settings/attempts/1"
+	ns, tok, base := settingsRun(t)
 	f.do("PUT", base+"/events/5-0", tok, []byte(fmt.Sprintf(session, ns+"/settings")+doneLine))
 	f.do("PUT", base+"/screens/screen-t0001-1.jpg", tok, screenJPEG(t, 40))
 	vt := viewer(t, ns, ns)
@@ -348,11 +354,7 @@ func TestRunPageDrawsTheTapWhereTheEventSays(t *testing.T) {
 
 func TestFollowSendsNewEventsUntilDone(t *testing.T) {
 	f := newFixture(t)
-	ns := env.Namespace(t)
-	makeSA(t, ns, "loop")
-	run := makeRun(t, ns, "settings")
-	tok := attemptPod(t, run, 1, DefaultAudience)
-	base := "/api/v1/runs/" + ns + "/settings/attempts/1"
+	ns, tok, base := settingsRun(t)
 	f.do("PUT", base+"/events/5-0", tok, []byte(fmt.Sprintf(session, ns+"/settings")))
 	vt := viewer(t, ns, ns)
 
