@@ -105,13 +105,17 @@ chart-check: helm ## helm lint and helm template the chart; its schema must refu
 		echo "chart-check: the chart rendered with manager.replica=2; values.schema.json must refuse unknown values"; exit 1; fi
 	@echo "chart-check: values.schema.json refuses manager.replica=2, as it must"
 
+.PHONY: s3gw
+s3gw: ## Build (once) the pinned Versity S3 gateway from source into the cache (the trace server's S3 store is tested on it).
+	hack/build-versitygw.sh >/dev/null
+
 .PHONY: test
-test: k8s helm ## Run every test: envtest on the real kube-apiserver and etcd, the chart through helm.
-	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh --print) HELM=$$(hack/build-helm.sh --print) $(GO) test $(GOTEST_FLAGS) ./...
+test: k8s helm s3gw ## Run every test: envtest on the real kube-apiserver and etcd, the chart through helm, the S3 store on a real S3 server.
+	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh --print) HELM=$$(hack/build-helm.sh --print) VERSITYGW=$$(hack/build-versitygw.sh --print) $(GO) test $(GOTEST_FLAGS) ./...
 
 .PHONY: test-race
-test-race: k8s helm ## Run the concurrent packages under the race detector.
-	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh --print) HELM=$$(hack/build-helm.sh --print) $(GO) test -race $(GOTEST_FLAGS) $(RACE_PKGS)
+test-race: k8s helm s3gw ## Run the concurrent packages under the race detector.
+	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh --print) HELM=$$(hack/build-helm.sh --print) VERSITYGW=$$(hack/build-versitygw.sh --print) $(GO) test -race $(GOTEST_FLAGS) $(RACE_PKGS)
 
 .PHONY: bench-operator
 bench-operator: k8s ## Operator benchmark: 200 rigs, 1,000 runs on envtest.

@@ -73,7 +73,14 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	store, err := trace.NewFSStore(f.StoreDir)
+	var store trace.Store
+	if f.S3.Bucket != "" {
+		store, err = trace.NewS3Store(ctx, f.S3)
+		logf("traces in the S3 bucket %s at %s", f.S3.Bucket, f.S3.Endpoint)
+	} else {
+		store, err = trace.NewFSStore(f.StoreDir)
+		logf("traces in %s", f.StoreDir)
+	}
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -75,6 +76,33 @@ func TestChartTraceServer(t *testing.T) {
 	}
 	if mgr = chartManagerFlags(t, find(objs, "Deployment", "farm", "t-clawfarm-manager")); *mgr.traceURL != "" {
 		t.Errorf("server off, the manager's --trace-url is %q", *mgr.traceURL)
+	}
+	// An S3 bucket: the server's flags name it, its credentials come from
+	// the Secret, and no volume is claimed.
+	objs = renderChart(t, "--set", "server.s3.bucket=traces", "--set", "server.s3.endpoint=minio.storage:9000",
+		"--set", "server.s3.insecure=true", "--set", "server.s3.credentialsSecret=trace-s3")
+	dep = find(objs, "Deployment", "farm", "t-clawfarm-server")
+	c = dig(dep, "spec", "template", "spec", "containers").([]any)[0]
+	args = nil
+	for _, a := range dig(c, "args").([]any) {
+		args = append(args, a.(string))
+	}
+	fs = flag.NewFlagSet("clawfarm-server", flag.ContinueOnError)
+	sf = trace.NewFlags(fs)
+	if err := fs.Parse(args); err != nil || sf.Check() != nil {
+		t.Fatalf("S3 args %q: %v %v", args, err, sf.Check())
+	}
+	if sf.S3.Bucket != "traces" || sf.S3.Endpoint != "minio.storage:9000" || !sf.S3.Insecure {
+		t.Errorf("S3 flags %+v", sf.S3)
+	}
+	if ref := dig(c, "envFrom"); ref == nil || !strings.Contains(fmt.Sprint(ref), "trace-s3") {
+		t.Errorf("the credentials Secret is not in the server's environment: %v", ref)
+	}
+	if find(objs, "PersistentVolumeClaim", "farm", "t-clawfarm-server") != nil || dig(c, "volumeMounts") != nil {
+		t.Error("with S3 the chart still claims or mounts a volume for traces")
+	}
+	if _, stderr, err := renderChartErr(t, "--set", "server.s3.bucket=traces"); err == nil || !strings.Contains(stderr, "server.s3.endpoint") {
+		t.Errorf("a bucket without an endpoint is accepted: %v %s", err, stderr)
 	}
 	if _, stderr, err := renderChartErr(t, "--set", "server.retention=forever"); err == nil || !strings.Contains(stderr, "retention") {
 		t.Errorf("a bad retention is accepted: %v %s", err, stderr)

@@ -14,6 +14,9 @@ type Flags struct {
 	Audience          string
 	CertFile, KeyFile string
 	Kubeconfig        string
+	// S3 is the bucket to store traces in instead of StoreDir, when its
+	// Bucket is set; its credentials come from the environment.
+	S3 S3Config
 }
 
 // NewFlags defines the flags on fs.
@@ -27,6 +30,11 @@ func NewFlags(fs *flag.FlagSet) *Flags {
 	fs.StringVar(&f.CertFile, "tls-cert-file", "", "serve HTTPS with this certificate (with --tls-private-key-file)")
 	fs.StringVar(&f.KeyFile, "tls-private-key-file", "", "the certificate's key")
 	fs.StringVar(&f.Kubeconfig, "kubeconfig", "", "kubeconfig (default: in-cluster, then $KUBECONFIG)")
+	fs.StringVar(&f.S3.Bucket, "s3-bucket", "", "store traces in this S3 bucket instead of --store-dir (credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)")
+	fs.StringVar(&f.S3.Endpoint, "s3-endpoint", "", "the S3-compatible endpoint, host[:port] (e.g. s3.amazonaws.com, minio.storage:9000)")
+	fs.StringVar(&f.S3.Region, "s3-region", "", "the bucket's region, if the endpoint needs one")
+	fs.StringVar(&f.S3.Prefix, "s3-prefix", "", "a folder of the bucket to keep the traces in, ending with /")
+	fs.BoolVar(&f.S3.Insecure, "s3-insecure", false, "speak plain HTTP to the S3 endpoint")
 	return f
 }
 
@@ -37,6 +45,9 @@ func (f *Flags) Check() error {
 	}
 	if f.Retention < 0 || f.Sweep <= 0 {
 		return errors.New("--retention must be 0 or more and --sweep-interval more than 0")
+	}
+	if (f.S3.Bucket == "") != (f.S3.Endpoint == "") {
+		return errors.New("--s3-bucket and --s3-endpoint go together")
 	}
 	if f.Audience == "" {
 		return errors.New("--audience must not be empty: loop tokens would be the API server's")
