@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	authzv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -182,6 +183,23 @@ func grantPortForward(t *testing.T, ns, home string) {
 		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "viewer", Namespace: home}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// The API server's authorizer learns of the binding from its informers:
+	// wait until it applies, as a person would see it apply.
+	user := "system:serviceaccount:" + home + ":viewer"
+	eventually(t, "the port-forward RBAC applies", func() bool {
+		for _, a := range []authzv1.ResourceAttributes{
+			{Namespace: ns, Verb: "get", Resource: "services"},
+			{Namespace: ns, Verb: "create", Resource: "pods", Subresource: "portforward"},
+		} {
+			sar, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authzv1.SubjectAccessReview{
+				Spec: authzv1.SubjectAccessReviewSpec{User: user, Groups: []string{"system:serviceaccounts", "system:authenticated"}, ResourceAttributes: &a},
+			}, metav1.CreateOptions{})
+			if err != nil || !sar.Status.Allowed {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 func TestTraceAndUIThroughAPortForwardToTheServersPod(t *testing.T) {

@@ -68,6 +68,7 @@ type Uploader struct {
 	failing  bool // the last send failed
 	dropped  int  // items (screens, chunks) dropped on overflow
 	notified map[string]bool
+	notices  sync.WaitGroup // notices being told
 	stop     chan struct{}
 	done     chan struct{}
 }
@@ -166,7 +167,11 @@ func (u *Uploader) noticeLocked(kind, text string) {
 		return
 	}
 	u.notified[kind] = true
-	go u.cfg.Notice(text)
+	u.notices.Add(1)
+	go func() {
+		defer u.notices.Done()
+		u.cfg.Notice(text)
+	}()
 }
 
 func (u *Uploader) run() {
@@ -299,6 +304,10 @@ func (u *Uploader) Close(ctx context.Context) Stats {
 	}
 	close(u.stop)
 	u.mu.Lock()
-	defer u.mu.Unlock()
-	return Stats{Waiting: len(u.queue), Dropped: u.dropped}
+	st := Stats{Waiting: len(u.queue), Dropped: u.dropped}
+	u.mu.Unlock()
+	// What the upload could not do is told before the attempt ends. (A
+	// notice writes an event, which Write now drops: the writers close.)
+	u.notices.Wait()
+	return st
 }
