@@ -11,8 +11,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/transport/spdy"
+	"k8s.io/utils/ptr"
 	//lint:ignore SA1019 client-go's portforward and spdy packages still take and return this package's Dialer
 	"k8s.io/apimachinery/pkg/util/httpstream"
 )
@@ -25,6 +27,9 @@ func TestPortForwardThroughTheAPIServer(t *testing.T) {
 	port := freePort()
 	pod := newPod(t, "echo", fmt.Sprint(port))
 	pod = create(t, pod)
+	t.Cleanup(func() {
+		_ = cs.CoreV1().Pods(pod.Namespace).Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+	})
 	waitPod(t, pod, 30*time.Second, "phase Running", phaseIs(corev1.PodRunning))
 	waitLog(t, pod, "listening")
 

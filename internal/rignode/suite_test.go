@@ -72,7 +72,14 @@ func runSuite(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer func() { _ = os.RemoveAll(root) }()
+	defer func() {
+		// Pods a test left running (their shims outlive rignode by design)
+		// are stopped, so the suite leaves no process behind.
+		if n := rignode.StopLeftovers(root, 5*time.Second); n > 0 {
+			fmt.Fprintf(os.Stderr, "stopped %d pod process(es) the tests left running\n", n)
+		}
+		_ = os.RemoveAll(root)
+	}()
 	nodePort = freePort()
 	taints, _ := rignode.ParseTaints("farm.clawfarm.dev/rig=true:NoSchedule")
 	n, p, err := rignode.NewNode(rignode.NodeConfig{
