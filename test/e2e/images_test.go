@@ -13,6 +13,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/internal/dev/devcluster"
@@ -84,32 +87,49 @@ type imageWatch struct {
 	seen map[string]string // kind/namespace/name → imageID
 }
 
-// watchImages polls the cluster's pods until ctx ends (a follow-up Job's
-// pod lives a few seconds, so it is read often).
+// watchImages watches the cluster's pods until ctx ends and records every
+// imageID a pod's status shows. A watch, not a poll: a follow-up Job's pod
+// lives a few seconds, and every status update of it must be seen.
 func watchImages(ctx context.Context) *imageWatch {
 	w := &imageWatch{seen: map[string]string{}}
+	cfg, err := clientcmd.BuildConfigFromFlags("", cluster.Kubeconfig)
+	if err != nil {
+		panic(err)
+	}
+	cs := kubernetes.NewForConfigOrDie(cfg)
 	go func() {
 		for ctx.Err() == nil {
-			var pods corev1.PodList
-			if err := cluster.Client.List(ctx, &pods); err == nil {
-				w.mu.Lock()
-				for _, p := range pods.Items {
-					for _, cs := range p.Status.ContainerStatuses {
-						if cs.ImageID == "" {
-							continue
-						}
-						w.seen[podKind(&p)+" "+p.Namespace+"/"+p.Name+" "+cs.Name] = cs.ImageID
-					}
+			list, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+			if err != nil {
+				time.Sleep(300 * time.Millisecond)
+				continue
+			}
+			for i := range list.Items {
+				w.record(&list.Items[i])
+			}
+			wi, err := cs.CoreV1().Pods("").Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+			if err != nil {
+				continue
+			}
+			for ev := range wi.ResultChan() {
+				if p, ok := ev.Object.(*corev1.Pod); ok {
+					w.record(p)
 				}
-				w.mu.Unlock()
 			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(300 * time.Millisecond):
-			}
+			wi.Stop()
 		}
 	}()
 	return w
+}
+
+func (w *imageWatch) record(p *corev1.Pod) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.ImageID != "" {
+			w.seen[podKind(p)+" "+p.Namespace+"/"+p.Name+" "+cs.Name] = cs.ImageID
+		}
+	}
 }
 
 func podKind(p *corev1.Pod) string {
