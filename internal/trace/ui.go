@@ -130,14 +130,14 @@ func (s *Server) runView(ctx context.Context, rc readerCtx, ns, name string, exp
 	if err != nil {
 		return nil, err
 	}
-	nums, stored, err := s.attempts(ctx, run)
+	nums, _, err := s.attempts(ctx, run)
 	if err != nil {
 		return nil, err
 	}
 	v := &runView{Run: summarize(run), Records: run.Status.Attempts, Export: export,
 		Live: !export && liveRun(run)}
 	for _, n := range nums {
-		av, err := s.attemptView(ctx, run, n, stored[n], export)
+		av, err := s.attemptView(ctx, run, n, export)
 		if err != nil {
 			return nil, err
 		}
@@ -147,19 +147,19 @@ func (s *Server) runView(ctx context.Context, rc readerCtx, ns, name string, exp
 	return v, nil
 }
 
-func (s *Server) attemptView(ctx context.Context, run *farmv1.AgentRun, n int, stored, export bool) (*attemptView, error) {
+func (s *Server) attemptView(ctx context.Context, run *farmv1.AgentRun, n int, export bool) (*attemptView, error) {
 	prefix := attemptPrefix(run.Namespace, run.Name, run.UID, n)
-	av := &attemptView{Run: summarize(run), Stored: stored, Export: export, Screens: map[string]template.URL{}}
+	av := &attemptView{Run: summarize(run), Export: export, Screens: map[string]template.URL{}}
 	for i := range run.Status.Attempts {
 		if int(run.Status.Attempts[i].Attempt) == n {
 			av.Record = &run.Status.Attempts[i] // the last retry of the attempt
 		}
 	}
-	t, err := s.readAttempt(ctx, prefix, n)
+	t, stored, err := s.readAttempt(ctx, prefix, n)
 	if err != nil {
 		return nil, err
 	}
-	av.Trace = t
+	av.Trace, av.Stored = t, stored
 	for _, sc := range t.Screens {
 		if export {
 			uri, err := s.dataURI(ctx, prefix+"screens/"+sc.File)
@@ -203,12 +203,7 @@ func (s *Server) attemptFragment(w http.ResponseWriter, r *http.Request, rc read
 		s.reply(w, err)
 		return
 	}
-	_, stored, err := s.attempts(r.Context(), run)
-	if err != nil {
-		s.reply(w, err)
-		return
-	}
-	av, err := s.attemptView(r.Context(), run, n, stored[n], false)
+	av, err := s.attemptView(r.Context(), run, n, false)
 	if err != nil {
 		s.reply(w, err)
 		return
