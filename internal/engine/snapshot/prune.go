@@ -2,7 +2,6 @@ package snapshot
 
 import (
 	"os"
-	"path/filepath"
 	"sort"
 	"time"
 
@@ -43,7 +42,7 @@ func Prune(dir *state.Dir, keep int, current string) ([]string, error) {
 		if err := os.RemoveAll(dir.Path("traces", t.key)); err != nil {
 			continue
 		}
-		_ = os.Remove(filepath.Join(dir.Path("snapshots"), t.key+".json"))
+		_ = os.Remove(path(dir, t.key))
 		removed = append(removed, t.key)
 	}
 	return removed, nil
