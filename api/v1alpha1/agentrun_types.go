@@ -43,6 +43,7 @@ const (
 // ModelSpec says which model drives the agent.
 // +kubebuilder:validation:XValidation:rule="self.provider != 'openai-compatible' || has(self.baseURL)",message="model.baseURL is required when model.provider is openai-compatible"
 // +kubebuilder:validation:XValidation:rule="!has(self.api) || self.provider != 'anthropic'",message="model.api applies to OpenAI-style providers; the anthropic provider speaks the Messages API only"
+// +kubebuilder:validation:XValidation:rule="!has(self.thinkingBudgetTokens) || self.provider == 'anthropic'",message="model.thinkingBudgetTokens is Claude's extended thinking: it needs provider anthropic"
 type ModelSpec struct {
 	// Provider is the provider preset.
 	// +kubebuilder:default=openai
@@ -75,9 +76,67 @@ type ModelSpec struct {
 	// +kubebuilder:validation:Minimum=4096
 	// +kubebuilder:validation:Maximum=10000000
 	ContextWindow int32 `json:"contextWindow,omitempty"`
+
+	// ThinkingBudgetTokens turns on Claude's extended thinking with this many
+	// tokens per turn (anthropic only); the thinking blocks stay in the
+	// transcript, as tool use with thinking requires.
+	// +kubebuilder:validation:Minimum=1024
+	// +kubebuilder:validation:Maximum=128000
+	// +optional
+	ThinkingBudgetTokens int32 `json:"thinkingBudgetTokens,omitempty"`
+
+	// Fold overrides the provider preset's fold cadence: how often the
+	// transcript's older turns are folded into one-line summaries. Folding
+	// rewrites the head of the transcript, so it also spends the prompt cache
+	// (docs/engine.md, "Prompt caching and the fold policy").
+	// +optional
+	Fold *FoldPolicy `json:"fold,omitempty"`
+
+	// Pricing is what the model costs, in USD per million tokens; with it
+	// the run's status.usage.cost is filled in. Unset: the manager's price
+	// list (--pricing-configmap), if it names the model.
+	// +optional
+	Pricing *ModelPricing `json:"pricing,omitempty"`
+}
+
+// FoldPolicy is a fold cadence: the first fold comes at AtTurns complete
+// turns and keeps the newest KeepTurns whole; the next comes AtTurns-KeepTurns
+// turns later.
+// +kubebuilder:validation:XValidation:rule="self.keepTurns < self.atTurns",message="fold.keepTurns must be less than fold.atTurns"
+type FoldPolicy struct {
+	// AtTurns complete turns in the transcript trigger a fold.
+	// +kubebuilder:validation:Minimum=2
+	// +kubebuilder:validation:Maximum=1000
+	AtTurns int32 `json:"atTurns"`
+	// KeepTurns are kept whole by a fold.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=999
+	KeepTurns int32 `json:"keepTurns"`
+}
+
+// ModelPricing is a price list in USD per million tokens, as decimal strings
+// ("3", "0.30"). Cached input defaults to input; cache writes (Anthropic)
+// default to input too.
+type ModelPricing struct {
+	// Input is the price of a million uncached input tokens.
+	// +kubebuilder:validation:Pattern=`^[0-9]{1,6}(\.[0-9]{1,6})?$`
+	Input string `json:"input"`
+	// CachedInput is the price of a million input tokens read from the prompt cache.
+	// +kubebuilder:validation:Pattern=`^[0-9]{1,6}(\.[0-9]{1,6})?$`
+	// +optional
+	CachedInput string `json:"cachedInput,omitempty"`
+	// CacheWrite is the price of a million input tokens written to the prompt cache.
+	// +kubebuilder:validation:Pattern=`^[0-9]{1,6}(\.[0-9]{1,6})?$`
+	// +optional
+	CacheWrite string `json:"cacheWrite,omitempty"`
+	// Output is the price of a million output tokens.
+	// +kubebuilder:validation:Pattern=`^[0-9]{1,6}(\.[0-9]{1,6})?$`
+	Output string `json:"output"`
 }
 
 // RunLimits bounds a run.
+// +kubebuilder:validation:XValidation:rule="!has(self.maxInputTokens) || !has(self.maxRunInputTokens) || self.maxInputTokens == 0 || self.maxRunInputTokens == 0 || self.maxInputTokens <= self.maxRunInputTokens",message="limits.maxInputTokens (one attempt) cannot exceed limits.maxRunInputTokens (the whole run)"
+// +kubebuilder:validation:XValidation:rule="!has(self.stallSeconds) || self.stallSeconds == 0 || self.stallSeconds >= 10",message="limits.stallSeconds is 0 (no stall watchdog) or at least 10"
 type RunLimits struct {
 	// MaxTurns is the turn limit of one attempt.
 	// +kubebuilder:default=300
@@ -118,6 +177,40 @@ type RunLimits struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=2592000
 	RunTimeoutSeconds int32 `json:"runTimeoutSeconds,omitempty"`
+
+	// MaxErrors is how many tool errors in a row end an attempt STUCK
+	// (max_errors): the rig's error results, calls the policy blocked, and
+	// calls the model got wrong all count; a call that runs cleanly resets it.
+	// +kubebuilder:default=8
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	MaxErrors int32 `json:"maxErrors,omitempty"`
+
+	// MaxInputTokens bounds the input tokens one attempt may send to the
+	// model; reaching it ends the attempt STUCK (budget_exhausted) and the
+	// run Failed, without a retry: a fresh attempt would spend as much. 0: no limit.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100000000000
+	// +optional
+	MaxInputTokens int64 `json:"maxInputTokens,omitempty"`
+
+	// MaxRunInputTokens bounds the input tokens of all the run's attempts
+	// together: each attempt gets what is left. Reaching it ends the
+	// attempt STUCK (budget_exhausted) and the run Failed. 0: no limit.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100000000000
+	// +optional
+	MaxRunInputTokens int64 `json:"maxRunInputTokens,omitempty"`
+
+	// StallSeconds is the stall watchdog: an attempt whose loop has reported
+	// no progress (a turn, a tool result) for this long is stopped and
+	// recorded STUCK (Stalled), then retried like any STUCK. 0: no watchdog.
+	// +kubebuilder:default=600
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=86400
+	// +optional
+	StallSeconds *int32 `json:"stallSeconds,omitempty"`
 }
 
 // The defaults of the limits whose zero means something (no free retries, no
@@ -127,7 +220,22 @@ const (
 	DefaultMaxInfraRetries     int32 = 5
 	DefaultQueueTimeoutSeconds int32 = 86400
 	DefaultMaxChain            int32 = 10
+	DefaultStallSeconds        int32 = 600
+	DefaultMaxErrors           int32 = 8
 )
+
+// StallTimeout is StallSeconds as a duration, or its default when unset (0: no watchdog).
+func (l RunLimits) StallTimeout() time.Duration {
+	return time.Duration(orDefault(l.StallSeconds, DefaultStallSeconds)) * time.Second
+}
+
+// ErrorLimit is MaxErrors, or its default when unset.
+func (l RunLimits) ErrorLimit() int32 {
+	if l.MaxErrors <= 0 {
+		return DefaultMaxErrors
+	}
+	return l.MaxErrors
+}
 
 // InfraRetryLimit is MaxInfraRetries, or its default when unset.
 func (l RunLimits) InfraRetryLimit() int32 {
@@ -304,9 +412,19 @@ func (r *AgentRun) WaitsForRig() bool {
 
 // TokenUsage counts tokens.
 type TokenUsage struct {
-	PromptTokens     int64 `json:"promptTokens,omitempty"`
+	// PromptTokens are all input tokens, cached ones included.
+	PromptTokens int64 `json:"promptTokens,omitempty"`
+	// CompletionTokens are the output tokens (thinking included).
 	CompletionTokens int64 `json:"completionTokens,omitempty"`
-	CachedTokens     int64 `json:"cachedTokens,omitempty"`
+	// CachedTokens are the input tokens read from the prompt cache.
+	CachedTokens int64 `json:"cachedTokens,omitempty"`
+	// CacheWriteTokens are the input tokens written to the prompt cache (Anthropic).
+	// +optional
+	CacheWriteTokens int64 `json:"cacheWriteTokens,omitempty"`
+	// Cost is what the tokens cost in USD, a decimal string, when the run's
+	// model has a price (spec.model.pricing or the manager's price list).
+	// +optional
+	Cost string `json:"cost,omitempty"`
 }
 
 // AttemptRecord is the recorded outcome of one attempt pod.
@@ -356,7 +474,12 @@ type RunProgress struct {
 	// +optional
 	LastNote string `json:"lastNote,omitempty"`
 	Tokens   int64  `json:"tokens,omitempty"`
-	// UpdatedAt is an RFC 3339 time.
+	// LastTool is the last tool whose result came back.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	LastTool string `json:"lastTool,omitempty"`
+	// UpdatedAt is an RFC 3339 time: the loop's heartbeat, renewed on every
+	// turn and every tool result (the stall watchdog reads it).
 	// +optional
 	UpdatedAt string `json:"updatedAt,omitempty"`
 }
@@ -474,6 +597,8 @@ const MaxNameLength = 48
 // +kubebuilder:printcolumn:name="Attempt",type=integer,JSONPath=`.status.attempt`
 // +kubebuilder:printcolumn:name="Turn",type=integer,JSONPath=`.status.progress.turn`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Succeeded")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Tokens",type=integer,JSONPath=`.status.usage.promptTokens`,priority=1
+// +kubebuilder:printcolumn:name="Cost",type=string,JSONPath=`.status.usage.cost`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 48",message="metadata.name must be at most 48 characters: attempt pods (<name>-a<N>-r<M>), the follow-up CronJob (<name>-fu) and its Jobs add suffixes to it; choose a shorter name (follow-up runs <name>-f<N> are shortened with a hash to fit)"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.phase) || oldSelf.status.phase == 'Pending' || (self.spec.trigger == oldSelf.spec.trigger && self.spec.model == oldSelf.spec.model && self.spec.limits == oldSelf.spec.limits && self.spec.followUp == oldSelf.spec.followUp && has(self.spec.rigRef) == has(oldSelf.spec.rigRef) && (!has(self.spec.rigRef) || self.spec.rigRef == oldSelf.spec.rigRef) && has(self.spec.rigSelector) == has(oldSelf.spec.rigSelector) && (!has(self.spec.rigSelector) || self.spec.rigSelector == oldSelf.spec.rigSelector) && has(self.spec.skills) == has(oldSelf.spec.skills) && (!has(self.spec.skills) || self.spec.skills == oldSelf.spec.skills) && has(self.spec.denyTools) == has(oldSelf.spec.denyTools) && (!has(self.spec.denyTools) || self.spec.denyTools == oldSelf.spec.denyTools) && has(self.spec.pod) == has(oldSelf.spec.pod) && (!has(self.spec.pod) || self.spec.pod == oldSelf.spec.pod) && has(self.spec.ttlSecondsAfterFinished) == has(oldSelf.spec.ttlSecondsAfterFinished) && (!has(self.spec.ttlSecondsAfterFinished) || self.spec.ttlSecondsAfterFinished == oldSelf.spec.ttlSecondsAfterFinished))",message="spec is frozen once the run has started; only spec.cancel may change"

@@ -10,7 +10,8 @@ type Progress struct {
 	Turn      int    `json:"turn"`
 	LastNote  string `json:"lastNote,omitempty"`
 	Tokens    int64  `json:"tokens"`
-	UpdatedAt string `json:"updatedAt"` // RFC 3339
+	LastTool  string `json:"lastTool,omitempty"`
+	UpdatedAt string `json:"updatedAt"` // RFC 3339: the heartbeat, renewed on every turn and tool result
 }
 
 // MaxProgressNoteBytes bounds status.progress.lastNote (the note is at most 20 words anyway).

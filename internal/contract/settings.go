@@ -43,6 +43,13 @@ var (
 	SettingTraceURL       = Setting{"trace-url", "CLAWFARM_TRACE_URL", "the trace server's URL; the loop uploads its events and screens there (empty: the state directory only)"}
 	SettingTraceTokenFile = Setting{"trace-token-file", "CLAWFARM_TRACE_TOKEN_FILE", "the projected service account token the trace server accepts"}
 	SettingTraceKeep      = Setting{"trace-keep", "CLAWFARM_TRACE_KEEP", "attempts whose trace stays in the state directory (default 20; older ones are pruned)"}
+	// The budgets and the model's tuning are optional as well: unset, the
+	// loop's defaults apply.
+	SettingMaxErrors          = Setting{"max-errors", "CLAWFARM_MAX_ERRORS", "tool errors in a row (blocked and invalid calls included) that end the session STUCK max_errors (default 8)"}
+	SettingMaxInputTokens     = Setting{"max-input-tokens", "CLAWFARM_MAX_INPUT_TOKENS", "input tokens this attempt may use (0: no limit)"}
+	SettingRunInputTokensLeft = Setting{"run-input-tokens-left", "CLAWFARM_RUN_INPUT_TOKENS_LEFT", "input tokens the run has left over all its attempts (0 or unset: no limit; the operator starts no attempt with nothing left)"}
+	SettingThinkingBudget     = Setting{"thinking-budget-tokens", "CLAWFARM_THINKING_BUDGET_TOKENS", "Claude's extended thinking budget per turn (0: off)"}
+	SettingFold               = Setting{"fold", "CLAWFARM_FOLD", "the fold cadence AT/KEEP in turns, e.g. 30/10 (default: the provider preset's)"}
 )
 
 // AllSettings lists every setting in contract order.
@@ -52,7 +59,8 @@ var AllSettings = []Setting{
 	SettingContextWindow, SettingMaxTurns, SettingSessionSeconds, SettingStateDir,
 	SettingSkillsDirs, SettingDenyTools, SettingResume, SettingTerminationLog,
 	SettingModelTimeout, SettingTraceURL, SettingTraceTokenFile, SettingTraceKeep,
-	SettingModelAPI,
+	SettingModelAPI, SettingMaxErrors, SettingMaxInputTokens, SettingRunInputTokensLeft,
+	SettingThinkingBudget, SettingFold,
 }
 
 // Defaults of the contract.
@@ -104,6 +112,16 @@ type Settings struct {
 	TraceKeep int
 	// ModelAPI is the wire (chat or responses); empty means the preset's.
 	ModelAPI string
+	// MaxErrors is the consecutive tool error limit; 0 means the default (8).
+	MaxErrors int
+	// MaxInputTokens and RunInputTokensLeft are the input token budgets of
+	// this attempt and of what is left of the run's; 0 means no limit.
+	MaxInputTokens     int64
+	RunInputTokensLeft int64
+	// ThinkingBudgetTokens turns on Claude's extended thinking; 0 leaves it off.
+	ThinkingBudgetTokens int
+	// Fold is the fold cadence "AT/KEEP"; empty means the preset's.
+	Fold string
 }
 
 // Environ renders the settings as environment variables (name → value),
@@ -144,7 +162,35 @@ func (s Settings) Environ() []EnvVar {
 	add(SettingTraceTokenFile, s.TraceTokenFile)
 	add(SettingTraceKeep, itoa(s.TraceKeep))
 	add(SettingModelAPI, s.ModelAPI)
+	add(SettingMaxErrors, itoa(s.MaxErrors))
+	add(SettingMaxInputTokens, itoa64(s.MaxInputTokens))
+	add(SettingRunInputTokensLeft, itoa64(s.RunInputTokensLeft))
+	add(SettingThinkingBudget, itoa(s.ThinkingBudgetTokens))
+	add(SettingFold, s.Fold)
 	return out
+}
+
+func itoa64(n int64) string {
+	if n == 0 {
+		return ""
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// ParseFold reads a fold cadence "AT/KEEP" (30/10: the first fold at 30
+// complete turns keeps the newest 10; the next comes 20 turns later).
+func ParseFold(v string) (at, keep int, err error) {
+	a, k, ok := strings.Cut(v, "/")
+	if ok {
+		at, err = strconv.Atoi(strings.TrimSpace(a))
+		if err == nil {
+			keep, err = strconv.Atoi(strings.TrimSpace(k))
+		}
+	}
+	if !ok || err != nil || keep < 1 || at <= keep {
+		return 0, 0, fmt.Errorf("%s=%q: want AT/KEEP in turns with 1 <= KEEP < AT, e.g. 30/10", SettingFold.Env, v)
+	}
+	return at, keep, nil
 }
 
 // EnvVar is one environment variable.

@@ -26,6 +26,8 @@ const (
 	ReasonMalformedTurns      ExitReason = "malformed_turns"
 	ReasonBudgetExhausted     ExitReason = "budget_exhausted"
 	ReasonRigUnavailable      ExitReason = "rig_unavailable"
+	// ReasonMaxErrors: too many tool errors in a row (seed 002's maxErrors).
+	ReasonMaxErrors ExitReason = "max_errors"
 )
 
 // Usage is the token usage of a session.
@@ -33,6 +35,7 @@ type Usage struct {
 	PromptTokens     int64 `json:"promptTokens"`
 	CompletionTokens int64 `json:"completionTokens"`
 	CachedTokens     int64 `json:"cachedTokens"`
+	CacheWriteTokens int64 `json:"cacheWriteTokens,omitempty"`
 }
 
 // FollowUp is what a WAIT asks of the operator: when to wake the next session, and what to tell it.
