@@ -126,11 +126,19 @@ const (
 	FinishOther         FinishReason = "other"
 )
 
-// Usage is the token usage of one reply.
+// Usage is the token usage of one reply. PromptTokens is the whole input,
+// cached or not: the uncached tokens, the cache reads (CachedTokens) and the
+// cache writes (CacheWriteTokens) together.
 type Usage struct {
 	PromptTokens     int64
 	CompletionTokens int64
-	CachedTokens     int64
+	// CachedTokens are the input tokens read from the provider's prompt
+	// cache (OpenAI's cached_tokens, Anthropic's cache_read_input_tokens).
+	CachedTokens int64
+	// CacheWriteTokens are the input tokens written to the prompt cache by
+	// this request (Anthropic's cache_creation_input_tokens, billed above
+	// the base input price); OpenAI caches for free and reports none.
+	CacheWriteTokens int64
 }
 
 // Reply is a model reply in the one shape: an assistant message, the real

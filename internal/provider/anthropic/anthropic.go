@@ -17,9 +17,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/provider"
 )
 
@@ -139,8 +141,15 @@ func (a *Adapter) encode(req *provider.Request, sp *provider.Splicer) ([]byte, e
 	if maxTokens <= 0 {
 		maxTokens = a.cfg.MaxTokens
 	}
-	r := request{Model: a.cfg.Model, MaxTokens: maxTokens, Messages: encodeMessages(req.Messages, sp), Stream: !a.cfg.NoStream}
+	msgs, last := encodeMessages(req.Messages, sp)
+	for _, i := range breakpoints(req.Messages, req.Pinned) {
+		ref := last[i]
+		msgs[ref.msg].Content[ref.block].Cache = &cacheControl{Type: "ephemeral"}
+	}
+	r := request{Model: a.cfg.Model, MaxTokens: maxTokens, Messages: msgs, Stream: !a.cfg.NoStream}
 	if req.System != "" {
+		// Tools come before the system prompt in the cache's order, so
+		// this breakpoint covers both.
 		r.System = []block{{Type: "text", Text: req.System, Cache: &cacheControl{Type: "ephemeral"}}}
 	}
 	if a.cfg.ThinkingBudget > 0 {
@@ -162,17 +171,28 @@ func (a *Adapter) encode(req *provider.Request, sp *provider.Splicer) ([]byte, e
 // EncodeMessages converts the transcript. Tool results, the screen image
 // after them and any corrective text become one user message, tool results
 // first, as the Messages API requires.
-func EncodeMessages(msgs []provider.Message) []message { return encodeMessages(msgs, nil) }
+func EncodeMessages(msgs []provider.Message) []message {
+	out, _ := encodeMessages(msgs, nil)
+	return out
+}
 
-// encodeMessages is EncodeMessages with the screens left as placeholders for sp.
-func encodeMessages(msgs []provider.Message, sp *provider.Splicer) []message {
+// blockRef is where a block landed in the encoded messages.
+type blockRef struct{ msg, block int }
+
+// encodeMessages is EncodeMessages with the screens left as placeholders
+// for sp. It also returns, for each transcript message, where its last
+// block landed (the place for a cache breakpoint).
+func encodeMessages(msgs []provider.Message, sp *provider.Splicer) ([]message, []blockRef) {
 	var out []message
+	last := make([]blockRef, 0, len(msgs))
 	push := func(role string, bs ...block) {
 		if n := len(out); n > 0 && out[n-1].Role == role {
 			out[n-1].Content = append(out[n-1].Content, bs...)
-			return
+		} else {
+			out = append(out, message{Role: role, Content: bs})
 		}
-		out = append(out, message{Role: role, Content: bs})
+		n := len(out) - 1
+		last = append(last, blockRef{msg: n, block: len(out[n].Content) - 1})
 	}
 	for _, m := range msgs {
 		switch m.Role {
@@ -222,9 +242,95 @@ func encodeMessages(msgs []provider.Message, sp *provider.Splicer) []message {
 				bs = append(bs, block{Type: "text", Text: t})
 			}
 			push("user", bs...)
+		default:
+			last = append(last, blockRef{msg: -1})
 		}
 	}
+	return out, last
+}
+
+// maxMessageBreakpoints is how many cache breakpoints the messages get: the
+// Messages API allows four, and the system prompt takes one.
+const maxMessageBreakpoints = 3
+
+// breakpoints picks the transcript messages whose last block carries a
+// cache breakpoint, at most maxMessageBreakpoints, each where the request's
+// prefix stays the same in the next request:
+//
+//   - the head's end: the last message before the first assistant message
+//     (the opening trigger and, after a fold, the fold message), which
+//     changes only when the transcript folds;
+//   - the previous turn's last tool result and the newest turn's, each the
+//     last one the next request sends unchanged: not the result the newest
+//     screen came from, which the engine's latest-screen compaction turns
+//     into a stub once a newer screen arrives (provider.SupersededTag), and
+//     never the screen itself, which that compaction drops.
+//
+// The pinned tail (plan, scratchpad, nudges) is rendered afresh for every
+// request and never carries one. A request reads the longest cached prefix
+// ending at or up to 20 blocks before one of its breakpoints, so the newest
+// turn's breakpoint is what the next request reads.
+func breakpoints(msgs []provider.Message, pinned int) []int {
+	n := len(msgs) - max(0, min(pinned, len(msgs)))
+	transcript := msgs[:n]
+	var starts []int
+	for i, m := range transcript {
+		if m.Role == provider.RoleAssistant {
+			starts = append(starts, i)
+		}
+	}
+	var out []int
+	add := func(i int) {
+		if i >= 0 && !slices.Contains(out, i) && len(out) < maxMessageBreakpoints {
+			out = append(out, i)
+		}
+	}
+	headEnd := n
+	if len(starts) > 0 {
+		headEnd = starts[0]
+	}
+	if headEnd > 0 {
+		add(headEnd - 1)
+	}
+	volatile := screenSource(transcript)
+	if k := len(starts); k >= 2 {
+		add(lastResult(transcript[:starts[k-1]], starts[k-2], volatile))
+	}
+	if k := len(starts); k >= 1 {
+		add(lastResult(transcript, starts[k-1], volatile))
+	}
 	return out
+}
+
+// lastResult is the index of the last tool result in msgs[from:] other than
+// skip; -1 if there is none.
+func lastResult(msgs []provider.Message, from, skip int) int {
+	for i := len(msgs) - 1; i >= from; i-- {
+		if msgs[i].Role == provider.RoleTool && i != skip {
+			return i
+		}
+	}
+	return -1
+}
+
+// screenSource is the index of the tool result the transcript's newest
+// screen came from, as the engine's latest-screen compaction finds it (the
+// newest non-note result before the screen's message): the one result that
+// still changes, into a stub, when a newer screen arrives. -1 when there is
+// no screen.
+func screenSource(msgs []provider.Message) int {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role != provider.RoleUser || len(msgs[i].Images) == 0 {
+			continue
+		}
+		for k := i - 1; k >= 0 && msgs[k].Role == provider.RoleTool; k-- {
+			if msgs[k].ToolName != contract.ToolNote && !strings.HasPrefix(msgs[k].Text, provider.SupersededTag) {
+				return k
+			}
+		}
+		return -1
+	}
+	return -1
 }
 
 // Stream sends one request and returns the normalised reply.
@@ -399,8 +505,20 @@ func decodeStream(body io.Reader, sink provider.Sink) (*provider.Reply, error) {
 			if ev.Delta.StopReason != "" {
 				stopReason = ev.Delta.StopReason
 			}
-			if ev.Usage != nil && ev.Usage.OutputTokens > 0 {
-				b.usage.OutputTokens = ev.Usage.OutputTokens
+			if u := ev.Usage; u != nil {
+				// message_delta's usage is cumulative: newer API versions
+				// repeat the input and cache counts there, older ones only
+				// the output; a count it leaves out stays as message_start said.
+				for _, f := range []struct{ dst, src *int64 }{
+					{&b.usage.OutputTokens, &u.OutputTokens},
+					{&b.usage.InputTokens, &u.InputTokens},
+					{&b.usage.CacheReadInputTokens, &u.CacheReadInputTokens},
+					{&b.usage.CacheCreationInputTokens, &u.CacheCreationInputTokens},
+				} {
+					if *f.src > 0 {
+						*f.dst = *f.src
+					}
+				}
 			}
 		case "message_stop":
 			stopped = true
@@ -487,6 +605,7 @@ func (b *replyBuilder) reply(stop string) *provider.Reply {
 			PromptTokens:     b.usage.InputTokens + b.usage.CacheReadInputTokens + b.usage.CacheCreationInputTokens,
 			CompletionTokens: b.usage.OutputTokens,
 			CachedTokens:     b.usage.CacheReadInputTokens,
+			CacheWriteTokens: b.usage.CacheCreationInputTokens,
 		},
 	}
 }

@@ -18,7 +18,7 @@ func req() *provider.Request {
 }
 
 func TestStreamAndPlain(t *testing.T) {
-	st := pt.Step{Reasoning: "think", Text: "hello", Calls: []pt.Call{{ID: "t1", Name: "peek", Args: `{"a":1}`}}, PromptTokens: 50, CachedTokens: 20, CompletionTokens: 5}
+	st := pt.Step{Reasoning: "think", Text: "hello", Calls: []pt.Call{{ID: "t1", Name: "peek", Args: `{"a":1}`}}, PromptTokens: 50, CachedTokens: 20, CacheWriteTokens: 12, CompletionTokens: 5}
 	for _, noStream := range []bool{false, true} {
 		srv := pt.Anthropic(pt.Steps(st))
 		a := anthropic.New(anthropic.Config{Options: provider.Options{BaseURL: srv.URL, APIKey: "k-123456", Model: "c", NoStream: noStream}, ThinkingBudget: 2000})
@@ -31,7 +31,7 @@ func TestStreamAndPlain(t *testing.T) {
 		if m.Text != "hello" || m.Reasoning != "think" || m.ReasoningSignature != "sig" || len(m.ToolCalls) != 1 || m.ToolCalls[0].Arguments != `{"a":1}` {
 			t.Errorf("noStream=%v: %+v", noStream, m)
 		}
-		if r.FinishReason != provider.FinishToolCalls || r.Usage.PromptTokens != 50 || r.Usage.CachedTokens != 20 {
+		if r.FinishReason != provider.FinishToolCalls || r.Usage != (provider.Usage{PromptTokens: 50, CachedTokens: 20, CacheWriteTokens: 12, CompletionTokens: 5}) {
 			t.Errorf("finish %s usage %+v", r.FinishReason, r.Usage)
 		}
 	}

@@ -19,7 +19,8 @@ func Anthropic(script Script) *Server {
 				stop = "tool_use"
 			}
 		}
-		usage := map[string]any{"input_tokens": st.PromptTokens - st.CachedTokens, "output_tokens": st.CompletionTokens, "cache_read_input_tokens": st.CachedTokens}
+		usage := map[string]any{"input_tokens": st.PromptTokens - st.CachedTokens - st.CacheWriteTokens, "output_tokens": st.CompletionTokens,
+			"cache_read_input_tokens": st.CachedTokens, "cache_creation_input_tokens": st.CacheWriteTokens}
 		if !stream {
 			var content []any
 			if st.Reasoning != "" {

@@ -41,6 +41,8 @@ type Step struct {
 	JSON bool
 
 	PromptTokens, CompletionTokens, CachedTokens int
+	// CacheWriteTokens are reported as Anthropic's cache_creation_input_tokens.
+	CacheWriteTokens int
 }
 
 // Script picks the answer to request n (from 0) with the given body.
