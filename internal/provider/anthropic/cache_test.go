@@ -1,58 +1,16 @@
 package anthropic_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
 
-	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/engine/compaction"
 	"github.com/clawfarm/clawfarm/internal/provider"
 	"github.com/clawfarm/clawfarm/internal/provider/anthropic"
+	pt "github.com/clawfarm/clawfarm/internal/testing/providertest"
 )
-
-// engineSession builds the requests of a session the way the engine does:
-// every turn is [note, peek] with signed thinking, answered by the note's
-// result, the peek's listing and a user message with the screen; before
-// each request the compaction policy runs (latest screen wins, folds at 30
-// turns) and the pinned plan (different every turn) and any nudge are
-// appended as the pinned tail.
-func engineSession(turns int) []*provider.Request {
-	var (
-		pol        compaction.Policy
-		transcript = []provider.Message{{Role: provider.RoleUser, Text: "[scenario:timer] Start a 5-minute timer on the phone."}}
-		out        []*provider.Request
-	)
-	tools := []provider.ToolSpec{
-		{Name: contract.ToolNote, Description: "note", Schema: json.RawMessage(`{"type":"object","properties":{"summary":{"type":"string"}}}`)},
-		{Name: contract.ToolPeek, Description: "peek", Schema: json.RawMessage(`{"type":"object"}`)},
-	}
-	for n := range turns {
-		transcript, _, _ = pol.Compact(context.Background(), compaction.BeforeRequest, n, transcript)
-		tail := []provider.Message{{Role: provider.RoleUser, Text: fmt.Sprintf(
-			"[Pinned: your plan and scratchpad as they stand now.]\nPlan:\n1. [in_progress] open Clock\nWarning: %d turns on step \"open Clock\".", n)}}
-		if nudge := pol.Nudge(transcript); nudge != "" {
-			tail = append(tail, provider.Message{Role: provider.RoleUser, Text: nudge})
-		}
-		msgs := append(transcript[:len(transcript):len(transcript)], tail...)
-		out = append(out, &provider.Request{System: "You drive a real phone.", Messages: msgs, Tools: tools, Pinned: len(tail)})
-
-		note, peek := fmt.Sprintf("call_%d_0", n), fmt.Sprintf("call_%d_1", n)
-		transcript = append(transcript,
-			provider.Message{Role: provider.RoleAssistant, Reasoning: fmt.Sprintf("turn %d: look first", n), ReasoningSignature: fmt.Sprintf("sig-%d", n),
-				ToolCalls: []provider.ToolCall{
-					{ID: note, Name: contract.ToolNote, Arguments: fmt.Sprintf(`{"summary":"looking at the screen, turn %d"}`, n)},
-					{ID: peek, Name: contract.ToolPeek, Arguments: `{}`}}},
-			provider.Message{Role: provider.RoleTool, ToolCallID: note, ToolName: contract.ToolNote, Text: "noted"},
-			provider.Message{Role: provider.RoleTool, ToolCallID: peek, ToolName: contract.ToolPeek,
-				Text: fmt.Sprintf("peeked\nid [kind] \"label\" [left,top,right,bottom] conf\n1 [text] \"Clock %d\" [0.1,0.1,0.3,0.2] 0.98", n)},
-			provider.Message{Role: provider.RoleUser, Text: "The screen after peek:",
-				Images: []*provider.Image{provider.NewImage("image/jpeg", []byte(fmt.Sprintf("jpeg bytes of screen %d", n)))}})
-	}
-	return out
-}
 
 // flatBlock is one content block of an encoded request, with the message it
 // is in and whether it carries a cache breakpoint; body is its JSON without
@@ -97,7 +55,7 @@ func flatten(t *testing.T, body []byte) (system bool, blocks []flatBlock) {
 func TestCacheBreakpointsFollowTheStablePrefix(t *testing.T) {
 	const turns = 34
 	a := anthropic.New(anthropic.Config{Options: provider.Options{Model: "claude"}, ThinkingBudget: 1024})
-	reqs := engineSession(turns)
+	reqs := pt.EngineSession(turns)
 	var (
 		prev     []flatBlock
 		prevHead string

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -157,5 +160,39 @@ func TestCancelIsNotATimeout(t *testing.T) {
 	_, err := a.Stream(ctx, simpleReq(), nil)
 	if pe := provider.AsError(err); pe.Class != provider.ClassCanceled {
 		t.Errorf("class %s, want canceled", pe.Class)
+	}
+}
+
+// TestCachedTokens reads the cached prompt tokens on every path: Chat
+// Completions' prompt_tokens_details.cached_tokens in the plain reply and in
+// the stream's usage chunk, and the Responses wire's
+// input_tokens_details.cached_tokens in response.completed.
+func TestCachedTokens(t *testing.T) {
+	want := provider.Usage{PromptTokens: 2048, CompletionTokens: 30, CachedTokens: 1920}
+	for _, noStream := range []bool{false, true} {
+		srv := pt.OpenAI(pt.Steps(pt.Step{Calls: []pt.Call{{ID: "a", Name: "peek", Args: `{}`}}, PromptTokens: 2048, CompletionTokens: 30, CachedTokens: 1920}))
+		reply, err := adapter(srv.URL, noStream).Stream(context.Background(), simpleReq(), nil)
+		srv.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reply.Usage != want {
+			t.Errorf("chat, noStream=%v: usage %+v, want %+v", noStream, reply.Usage, want)
+		}
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, `data: {"type":"response.created","response":{"id":"resp_1","status":"in_progress","output":[]}}`+"\n\n")
+		fmt.Fprint(w, `data: {"type":"response.completed","response":{"id":"resp_1","status":"completed","output":[],`+
+			`"usage":{"input_tokens":2048,"input_tokens_details":{"cached_tokens":1920},"output_tokens":30,"total_tokens":2078}}}`+"\n\n")
+	}))
+	defer srv.Close()
+	a := openai.New(openai.Config{Options: provider.Options{BaseURL: srv.URL + "/v1", APIKey: "k", Model: "m"}, API: openai.APIResponses})
+	reply, err := a.Stream(context.Background(), simpleReq(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reply.Usage != want {
+		t.Errorf("responses: usage %+v, want %+v", reply.Usage, want)
 	}
 }
