@@ -74,6 +74,18 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 		}
 		return n
 	}
+	num64 := func(s contract.Setting) int64 { // a token count, 0 or more
+		v := get(s)
+		if v == "" || err != nil {
+			return 0
+		}
+		n, perr := strconv.ParseInt(v, 10, 64)
+		if perr != nil || n < 0 {
+			err = fmt.Errorf("%s: %q is not a whole number of tokens (0 or more)", name(s), v)
+			return 0
+		}
+		return n
+	}
 	c.Run = get(contract.SettingRun)
 	if c.Run != "" {
 		if _, _, perr := contract.ParseRunRef(c.Run); perr != nil {
@@ -86,6 +98,10 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	c.SessionSeconds = num(contract.SettingSessionSeconds, contract.DefaultSessionSeconds, 1)
 	c.ModelTimeoutSeconds = num(contract.SettingModelTimeout, 0, 1) // 0: the preset's default
 	c.TraceKeep = num(contract.SettingTraceKeep, contract.DefaultTraceKeep, 1)
+	c.MaxErrors = num(contract.SettingMaxErrors, 0, 1) // 0: the engine's default
+	c.ThinkingBudgetTokens = num(contract.SettingThinkingBudget, 0, 0)
+	c.MaxInputTokens = num64(contract.SettingMaxInputTokens)
+	c.RunInputTokensLeft = num64(contract.SettingRunInputTokensLeft)
 	if err != nil {
 		return c, err
 	}
@@ -125,6 +141,14 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	if c.ModelAPI, perr = preset.APIFor(get(contract.SettingModelAPI)); perr != nil {
 		return c, fmt.Errorf("%s: %v", name(contract.SettingModelAPI), perr)
 	}
+	if c.ThinkingBudgetTokens > 0 && preset.Wire != presets.Messages {
+		return c, fmt.Errorf("%s: extended thinking is Claude's (the anthropic provider); %s does not take a thinking budget", name(contract.SettingThinkingBudget), preset.Name)
+	}
+	if c.Fold = get(contract.SettingFold); c.Fold != "" {
+		if _, _, perr := contract.ParseFold(c.Fold); perr != nil {
+			return c, fmt.Errorf("%s: %q is not AT/KEEP in turns with 1 <= KEEP < AT, e.g. 30/10", name(contract.SettingFold), c.Fold)
+		}
+	}
 	c.APIKey = strings.TrimSpace(getenv(contract.SettingModelAPIKey.Env))
 	if c.APIKey == "" && preset.NeedsKey {
 		return c, fmt.Errorf("%s is empty: the %s provider needs an API key (from the run's Secret)", contract.SettingModelAPIKey.Env, preset.Name)
@@ -150,6 +174,16 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 		}
 	}
 	return c, nil
+}
+
+// fold is the fold cadence: the run's, else the preset's (0, 0: the engine's default).
+func (c config) fold() (at, keep int) {
+	if c.Fold != "" {
+		at, keep, _ = contract.ParseFold(c.Fold) // checked by parseConfig
+		return at, keep
+	}
+	p, _ := presets.Lookup(c.ModelProvider)
+	return p.FoldAt, p.FoldKeep
 }
 
 // name is how an error names a setting: its flag and its variable.

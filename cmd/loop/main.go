@@ -18,6 +18,7 @@ import (
 
 	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/engine"
+	"github.com/clawfarm/clawfarm/internal/engine/compaction"
 	"github.com/clawfarm/clawfarm/internal/engine/events"
 	"github.com/clawfarm/clawfarm/internal/engine/hooks"
 	"github.com/clawfarm/clawfarm/internal/engine/redact"
@@ -58,7 +59,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	model, err := presets.New(cfg.ModelProvider, cfg.ModelAPI, provider.Options{
 		BaseURL: cfg.ModelBaseURL, APIKey: cfg.APIKey, Model: cfg.Model,
 		IdleTimeout: time.Duration(cfg.ModelTimeoutSeconds) * time.Second,
-	})
+	}, cfg.ThinkingBudgetTokens)
 	if err != nil {
 		return badConfig(cfg, err, stderr)
 	}
@@ -78,12 +79,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	ec := engine.Config{
 		Run: cfg.Run, Attempt: cfg.Attempt, Trigger: cfg.Trigger,
 		MaxTurns: cfg.MaxTurns, SessionBudget: budget, ContextWindow: cfg.ContextWindow,
+		MaxErrors: cfg.MaxErrors, MaxInputTokens: cfg.MaxInputTokens, RunInputTokensLeft: cfg.RunInputTokensLeft,
 		Provider: model, Progress: sink, Redactor: red,
 		Hooks: hooks.NewDenyTools(cfg.DenyTools), Clock: sessionClock,
 		Logf: logf,
 	}
 	if ec.Clock == nil {
 		ec.Clock = engine.RealClock{}
+	}
+	if at, keep := cfg.fold(); at > 0 {
+		ec.Compactor = compaction.Policy{At: at, Keep: keep}
 	}
 	em := events.NewEmitter(stdout, red, nil)
 	dir, closeState, err := openState(cfg.StateDir, logf)

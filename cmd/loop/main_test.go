@@ -245,6 +245,11 @@ func TestBadConfiguration(t *testing.T) {
 		{"bad resume", map[string]string{"CLAWFARM_RESUME": "perhaps"}, nil, "CLAWFARM_RESUME"},
 		{"bad timeout", map[string]string{"CLAWFARM_MODEL_TIMEOUT_SECONDS": "-1"}, nil, "CLAWFARM_MODEL_TIMEOUT_SECONDS"},
 		{"no key flag", nil, []string{"--api-key", key}, "CLAWFARM_MODEL_API_KEY"},
+		{"thinking on openai", map[string]string{"CLAWFARM_THINKING_BUDGET_TOKENS": "2048"}, nil, "CLAWFARM_THINKING_BUDGET_TOKENS"},
+		{"bad fold", map[string]string{"CLAWFARM_FOLD": "10/30"}, nil, "CLAWFARM_FOLD"},
+		{"negative budget", map[string]string{"CLAWFARM_MAX_INPUT_TOKENS": "-5"}, nil, "CLAWFARM_MAX_INPUT_TOKENS"},
+		{"bad run budget", map[string]string{"CLAWFARM_RUN_INPUT_TOKENS_LEFT": "lots"}, nil, "CLAWFARM_RUN_INPUT_TOKENS_LEFT"},
+		{"zero errors", map[string]string{"CLAWFARM_MAX_ERRORS": "0"}, nil, "CLAWFARM_MAX_ERRORS"},
 	}
 	for _, c := range cases {
 		logPath := filepath.Join(t.TempDir(), "termination-log")
@@ -316,5 +321,40 @@ func TestEndToEndAnthropic(t *testing.T) {
 	}
 	if model.Header(0).Get("x-api-key") != key {
 		t.Error("the key was not sent as x-api-key")
+	}
+}
+
+// The run's settings reach the session: the thinking budget goes on the
+// wire, the fold cadence and the budgets are parsed.
+func TestTuningSettings(t *testing.T) {
+	model := pt.Anthropic(uniq(pt.Step{Reasoning: "look first", Calls: []pt.Call{note, peek}}, closing("DONE")))
+	defer model.Close()
+	r1 := rigtest.New()
+	defer r1.Close()
+	env := append(loopEnv(t, model.URL, r1.Endpoint()), "CLAWFARM_MODEL_PROVIDER=anthropic", "CLAWFARM_MODEL_BASE_URL="+model.URL,
+		"CLAWFARM_THINKING_BUDGET_TOKENS=2048")
+	res := runChild(t, env, nil, nil)
+	check(t, res, 0, contract.Done, contract.ReasonEndTurn)
+	var body struct {
+		Thinking struct {
+			Type         string `json:"type"`
+			BudgetTokens int    `json:"budget_tokens"`
+		} `json:"thinking"`
+	}
+	if err := json.Unmarshal(model.Body(0), &body); err != nil || body.Thinking.Type != "enabled" || body.Thinking.BudgetTokens != 2048 {
+		t.Errorf("thinking on the wire %+v (%v), want enabled with 2048 tokens", body.Thinking, err)
+	}
+
+	getenv := func(k string) string {
+		return map[string]string{"CLAWFARM_RIG_ENDPOINT": "http://rig:1/mcp", "CLAWFARM_TRIGGER": "go", "CLAWFARM_MODEL": "m",
+			"CLAWFARM_MODEL_API_KEY": key, "CLAWFARM_FOLD": "40/8", "CLAWFARM_MAX_INPUT_TOKENS": "2000000",
+			"CLAWFARM_RUN_INPUT_TOKENS_LEFT": "900000", "CLAWFARM_MAX_ERRORS": "3"}[k]
+	}
+	c, err := parseConfig(nil, getenv, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if at, keep := c.fold(); at != 40 || keep != 8 || c.MaxInputTokens != 2000000 || c.RunInputTokensLeft != 900000 || c.MaxErrors != 3 {
+		t.Errorf("fold %d/%d, config %+v", at, keep, c.Settings)
 	}
 }

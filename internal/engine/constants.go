@@ -13,6 +13,9 @@ import (
 const (
 	// MaxMalformedTurns in a row end the session STUCK (seed 000's turn-shape rule; docs/engine.md).
 	MaxMalformedTurns = 5
+	// DefaultMaxErrors tool errors in a row end the session STUCK max_errors
+	// (seed 002's maxErrors; the API's spec.limits.maxErrors default).
+	DefaultMaxErrors = 8
 	// DefaultMaxTurns is the turn limit (docs/loop-contract.md: 300; seed 002's 25 is for chat agents).
 	DefaultMaxTurns = contract.DefaultMaxTurns
 	// DefaultSessionBudget is the session time budget (docs/loop-contract.md: 3600 s).

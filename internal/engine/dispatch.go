@@ -55,6 +55,7 @@ func (s *Session) dispatch(ctx context.Context, calls []provider.ToolCall) *Endi
 		if c.Name != contract.ToolNote {
 			acted = !blocked && !fault
 			modelFault = fault
+			s.countToolResult(c.Name, res.IsError || blocked || fault, res.Text)
 		}
 		s.cfg.Hooks.AfterToolCall(ctx, hc, res)
 		s.cfg.Hooks.ToolResultPersist(ctx, hc, &res)
@@ -66,12 +67,18 @@ func (s *Session) dispatch(ctx context.Context, calls []provider.ToolCall) *Endi
 			ending = end
 		}
 		s.emit(events.ToolResult(s.state.Turn, c.Name, c.ID, res.Text, res.IsError, len(res.Images), blocked))
+		if c.Name != contract.ToolNote {
+			s.report() // the heartbeat: an action's result came back
+		}
 	}
 	if len(images) > 0 {
 		s.transcript = append(s.transcript, provider.Message{Role: provider.RoleUser, Text: "The screen after " + imageFrom + ":", Images: images})
 	}
 	if ending != nil {
 		return ending
+	}
+	if end := s.tooManyErrors(); end != nil {
+		return end
 	}
 	switch {
 	case acted:

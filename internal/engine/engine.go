@@ -71,6 +71,16 @@ type Config struct {
 	SessionBudget time.Duration // default DefaultSessionBudget
 	ContextWindow int           // input budget in tokens; 0: no preflight limit
 
+	// MaxErrors tool errors in a row end the session STUCK max_errors;
+	// default DefaultMaxErrors.
+	MaxErrors int
+	// MaxInputTokens bounds the attempt's input tokens (a resumed session
+	// counts what it had spent); RunInputTokensLeft is what the run has left
+	// for this process. Either spent ends the session STUCK budget_exhausted,
+	// not retryable. 0: no limit.
+	MaxInputTokens     int64
+	RunInputTokensLeft int64
+
 	Provider provider.Provider
 	Rig      Rig
 
@@ -126,8 +136,12 @@ type Session struct {
 	validator  *validate.Validator
 	deadline   time.Time
 
-	malformed    int  // malformed turns in a row
-	emptyStreak  bool // every turn of the streak had no tool calls
+	toolErrors   int    // tool errors in a row (maxErrors)
+	lastError    string // the newest of them, for the recap
+	lastTool     string // the last tool whose result came back (the heartbeat)
+	inputAtStart int64  // the input tokens a resumed session had already spent
+	malformed    int    // malformed turns in a row
+	emptyStreak  bool   // every turn of the streak had no tool calls
 	lastChance   bool
 	overflows    int
 	requestBytes []int // per turn, for the benchmark
@@ -137,6 +151,9 @@ type Session struct {
 func New(cfg Config) *Session {
 	if cfg.MaxTurns <= 0 {
 		cfg.MaxTurns = DefaultMaxTurns
+	}
+	if cfg.MaxErrors <= 0 {
+		cfg.MaxErrors = DefaultMaxErrors
 	}
 	if cfg.SessionBudget <= 0 {
 		cfg.SessionBudget = DefaultSessionBudget
@@ -173,7 +190,8 @@ func New(cfg Config) *Session {
 			cfg.Logf("the snapshot's provider chain cannot be used (%v): the conversation is sent whole", err)
 		}
 	}
-	return &Session{cfg: cfg, state: cfg.State, validator: validate.New(), rigTools: map[string]bool{}}
+	return &Session{cfg: cfg, state: cfg.State, validator: validate.New(), rigTools: map[string]bool{},
+		inputAtStart: cfg.State.Usage.PromptTokens}
 }
 
 // Transcript is the session's transcript (for tests and the agent_end hook).

@@ -526,6 +526,11 @@ func TestProgressIsReportedAndSecretFree(t *testing.T) {
 	if len(pl.got) == 0 || pl.got[0].Turn != 1 || pl.got[0].Tokens != 110 || pl.got[0].Attempt != 1 {
 		t.Fatalf("progress %+v", pl.got)
 	}
+	// The heartbeat: a report as each tool result comes back, naming the tool,
+	// before the round's own report.
+	if len(pl.got) < 2 || pl.got[0].LastTool != "peek" || pl.got[0].UpdatedAt == "" {
+		t.Errorf("no heartbeat on the tool result: %+v", pl.got)
+	}
 	for _, p := range pl.got {
 		if strings.Contains(p.LastNote, apiKey) {
 			t.Errorf("the key reached status.progress: %q", p.LastNote)

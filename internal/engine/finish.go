@@ -26,13 +26,14 @@ func (s *Session) report() {
 		note = note[:contract.MaxProgressNoteBytes]
 	}
 	s.cfg.Progress.Report(contract.Progress{Attempt: s.cfg.Attempt, Turn: s.state.Turn, LastNote: note,
-		Tokens: s.state.Usage.PromptTokens + s.state.Usage.CompletionTokens, UpdatedAt: s.cfg.Clock.Now().UTC().Format(time.RFC3339)})
+		Tokens: s.state.Usage.PromptTokens + s.state.Usage.CompletionTokens, LastTool: s.lastTool, UpdatedAt: s.cfg.Clock.Now().UTC().Format(time.RFC3339)})
 }
 
 func (s *Session) addUsage(u provider.Usage) {
 	s.state.Usage.PromptTokens += u.PromptTokens
 	s.state.Usage.CompletionTokens += u.CompletionTokens
 	s.state.Usage.CachedTokens += u.CachedTokens
+	s.state.Usage.CacheWriteTokens += u.CacheWriteTokens
 }
 
 // finish writes the ending into the termination message, tells the hooks and emits done.

@@ -19,9 +19,10 @@ func (s *Session) prepare(ctx context.Context) (*provider.Request, *Ending) {
 	s.compact(ctx, compaction.BeforeRequest)
 	for tries := 0; ; tries++ {
 		req := s.request()
-		err := tokens.Preflight(s.cfg.Estimator.Estimate(req), s.cfg.ContextWindow)
+		est := s.cfg.Estimator.Estimate(req)
+		err := tokens.Preflight(est, s.cfg.ContextWindow)
 		if err == nil {
-			return req, nil
+			return req, s.overBudget(est)
 		}
 		if tries >= compaction.MaxOverflowCompactions || !s.compact(ctx, compaction.Preflight) {
 			s.emit(events.Error(s.state.Turn, "preflight", err.Error(), 0))

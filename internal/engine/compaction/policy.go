@@ -14,7 +14,7 @@ import (
 
 // The numbers (seed 000: "默认第一次折叠发生在第 30 回合前后，始终保留最近 10 个回合完整不动，此后每 20 个回合再折一次").
 const (
-	// FoldAt complete turns in the transcript trigger a fold.
+	// FoldAt complete turns in the transcript trigger a fold (the default cadence).
 	FoldAt = 30
 	// KeepTurns are kept whole by a fold; the next fold comes FoldAt-KeepTurns (20) turns later.
 	KeepTurns = 10
@@ -47,21 +47,37 @@ const (
 )
 
 // Policy is the compaction of seed 000: latest screen wins, and turn folds
-// into three slots near the top. It is stateless: everything it needs is in
-// the transcript, so a resumed session compacts exactly as the first did.
-type Policy struct{}
+// into three slots near the top. It keeps no state: everything it needs is
+// in the transcript, so a resumed session compacts exactly as the first did.
+//
+// At and Keep are the fold cadence (zero: FoldAt and KeepTurns): a fold
+// comes at At complete turns and keeps the newest Keep whole, so the next
+// comes At-Keep turns later. A fold rewrites the head of the transcript and
+// so spends the provider's prompt cache; the cadence weighs that against the
+// growth of the request (docs/engine.md, "Prompt caching and the fold policy").
+type Policy struct {
+	At, Keep int
+}
 
-// Compact applies latest-screen-wins always, folds at FoldAt complete
-// turns, and on preflight or overflow folds harder: half of the turns left,
-// then long results cut to OverflowResultChars.
-func (Policy) Compact(_ context.Context, why Trigger, _ int, msgs []provider.Message) ([]provider.Message, bool, error) {
+func (p Policy) cadence() (at, keep int) {
+	if p.At <= 0 || p.Keep <= 0 || p.Keep >= p.At {
+		return FoldAt, KeepTurns
+	}
+	return p.At, p.Keep
+}
+
+// Compact applies latest-screen-wins always, folds at At complete turns,
+// and on preflight or overflow folds harder: half of the turns left, then
+// long results cut to OverflowResultChars.
+func (p Policy) Compact(_ context.Context, why Trigger, _ int, msgs []provider.Message) ([]provider.Message, bool, error) {
+	at, keep := p.cadence()
 	out, changed := LatestScreen(msgs)
 	head, turns := split(out)
 	switch {
-	case len(turns) >= FoldAt:
-		out, changed = fold(head, turns, KeepTurns), true
+	case len(turns) >= at:
+		out, changed = fold(head, turns, keep), true
 	case why != BeforeRequest && len(turns) > 1:
-		out, changed = fold(head, turns, min(KeepTurns, len(turns)/2)), true
+		out, changed = fold(head, turns, min(keep, len(turns)/2)), true
 	case why != BeforeRequest:
 		var cut bool
 		out, cut = cutResults(out, OverflowResultChars)
@@ -71,10 +87,11 @@ func (Policy) Compact(_ context.Context, why Trigger, _ int, msgs []provider.Mes
 }
 
 // Nudge asks for the scratchpad in the turn before a fold.
-func (Policy) Nudge(msgs []provider.Message) string {
-	if _, turns := split(msgs); len(turns) == FoldAt-1 {
+func (p Policy) Nudge(msgs []provider.Message) string {
+	at, keep := p.cadence()
+	if _, turns := split(msgs); len(turns) == at-1 {
 		return fmt.Sprintf("[Compaction after this turn: all but the newest %d turns fold into one-line summaries and their "+
-			"screens and results are dropped. Write anything you still need from them into the scratchpad now (note's scratchpad argument).]", KeepTurns)
+			"screens and results are dropped. Write anything you still need from them into the scratchpad now (note's scratchpad argument).]", keep)
 	}
 	return ""
 }

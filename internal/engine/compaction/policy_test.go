@@ -180,3 +180,34 @@ func TestHeadAndTailTruncation(t *testing.T) {
 		t.Error("a short result was changed")
 	}
 }
+
+// A fold cadence of its own: 12/4 folds at 12 turns to 4, nudges at 11, and
+// folds again 8 turns later; a cadence that makes no sense falls back to 30/10.
+func TestFoldCadence(t *testing.T) {
+	ctx := context.Background()
+	p := Policy{At: 12, Keep: 4}
+	if p.Nudge(session(11)) == "" || !strings.Contains(p.Nudge(session(11)), "newest 4 turns") || p.Nudge(session(29)) != "" {
+		t.Error("the nudge does not follow the cadence")
+	}
+	if _, changed, _ := p.Compact(ctx, BeforeRequest, 11, session(11)); changed && turnsIn(session(11)) != 11 {
+		t.Fatal("folded before 12 turns")
+	}
+	out, changed, _ := p.Compact(ctx, BeforeRequest, 12, session(12))
+	if !changed || turnsIn(out) != 4 {
+		t.Fatalf("at 12 turns: %d left, want 4", turnsIn(out))
+	}
+	more := session(20)[len(session(12)):]
+	cur := out
+	for i := 0; i < 8; i++ {
+		cur = append(append([]provider.Message(nil), cur...), more[i*4:i*4+4]...)
+		cur, _, _ = p.Compact(ctx, BeforeRequest, 13+i, cur)
+	}
+	if turnsIn(cur) != 4 {
+		t.Fatalf("at turn 20: %d turns, want a fold to 4", turnsIn(cur))
+	}
+	for _, bad := range []Policy{{At: 10, Keep: 10}, {At: 0, Keep: 3}, {At: 5, Keep: 0}} {
+		if at, keep := bad.cadence(); at != FoldAt || keep != KeepTurns {
+			t.Errorf("%+v: cadence %d/%d, want the default", bad, at, keep)
+		}
+	}
+}

@@ -30,7 +30,8 @@ import (
 // It builds on what cfg already holds: a nil cfg.State becomes a fresh one
 // (a resumed session passes its snapshot's), cfg.Hooks (the deny-list) stays
 // first in the hook chain, the plan is appended to cfg.Observers, and
-// cfg.Clock is the state tools' clock. A snapshot writer, when the caller
+// cfg.Clock is the state tools' clock; a cfg.Compactor already set (a
+// compaction.Policy with the run's fold cadence) is kept. A snapshot writer, when the caller
 // keeps one, is appended to cfg.Observers after Wire.
 func Wire(cfg *engine.Config, dir *state.Dir, skills []state.Skill) error {
 	if cfg.State == nil {
@@ -48,7 +49,9 @@ func Wire(cfg *engine.Config, dir *state.Dir, skills []state.Skill) error {
 	cfg.Tools = reg
 	cfg.Pinned = pl
 	cfg.ExtraSystem = agenttools.SkillIndex(skills)
-	cfg.Compactor = compaction.Policy{}
+	if cfg.Compactor == nil { // the caller may have chosen a fold cadence
+		cfg.Compactor = compaction.Policy{}
+	}
 	cfg.Estimator = tokens.NewEMA()
 	chain := hooks.Chain{pl, compaction.Truncator{}, stuckguard.New(st)}
 	if cfg.Hooks != nil {

@@ -39,6 +39,10 @@ type Preset struct {
 	// or openai.APIResponses where the provider serves its newest models
 	// and features there first (OpenAI).
 	API string
+	// FoldAt and FoldKeep are the preset's fold cadence in turns (0: the
+	// engine's default, 30/10), chosen for its prompt cache: see
+	// docs/benchmarks.md, "Prompt caching".
+	FoldAt, FoldKeep int
 }
 
 // LocalIdleTimeout is the idle timeout of self-hosted servers (ours: Ollama
@@ -98,8 +102,9 @@ func (p Preset) APIFor(api string) (string, error) {
 }
 
 // New builds the adapter for a preset on the wire api (empty: the
-// preset's). A base URL in o overrides the preset's.
-func New(name, api string, o provider.Options) (provider.Provider, error) {
+// preset's). A base URL in o overrides the preset's. thinking is Claude's
+// extended thinking budget in tokens (0: off); only the Messages wire takes it.
+func New(name, api string, o provider.Options, thinking int) (provider.Provider, error) {
 	p, err := Lookup(name)
 	if err != nil {
 		return nil, err
@@ -125,9 +130,12 @@ func New(name, api string, o provider.Options) (provider.Provider, error) {
 	if p.NeedsKey && o.APIKey == "" {
 		return nil, fmt.Errorf("the %s provider needs an API key and none was given", p.Name)
 	}
+	if thinking > 0 && p.Wire != Messages {
+		return nil, fmt.Errorf("the %s provider takes no thinking budget: extended thinking is Claude's (anthropic)", p.Name)
+	}
 	switch p.Wire {
 	case Messages:
-		return anthropic.New(anthropic.Config{Options: o}), nil
+		return anthropic.New(anthropic.Config{Options: o, ThinkingBudget: thinking}), nil
 	default:
 		return openai.New(openai.Config{Options: o, Name: p.Name, MaxCompletionTokensField: p.MaxCompletionTokensField, API: api}), nil
 	}

@@ -9,12 +9,12 @@ import (
 
 func TestPresets(t *testing.T) {
 	for _, name := range []string{"openai", "anthropic", "qwen", "moonshot", "deepseek", "google"} {
-		p, err := New(name, "", provider.Options{APIKey: "k", Model: "m"})
+		p, err := New(name, "", provider.Options{APIKey: "k", Model: "m"}, 0)
 		if err != nil || p.Name() != name || p.Model() != "m" {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	if _, err := New("OpenAI-Compatible", "", provider.Options{Model: "llama", BaseURL: "http://ollama:11434/v1"}); err != nil {
+	if _, err := New("OpenAI-Compatible", "", provider.Options{Model: "llama", BaseURL: "http://ollama:11434/v1"}, 0); err != nil {
 		t.Errorf("a compatible server without a key: %v", err)
 	}
 	for _, c := range []struct {
@@ -27,9 +27,15 @@ func TestPresets(t *testing.T) {
 		{"nope", provider.Options{Model: "m"}, "unknown model provider"},
 		{"openai", provider.Options{Model: "m", APIKey: "k", BaseURL: "ftp://x"}, "not an http(s) URL"},
 	} {
-		if _, err := New(c.name, "", c.o); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, err := New(c.name, "", c.o, 0); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s %+v: %v, want %q", c.name, c.o, err, c.want)
 		}
+	}
+	if _, err := New("anthropic", "", provider.Options{APIKey: "k", Model: "claude"}, 4096); err != nil {
+		t.Errorf("a thinking budget on anthropic: %v", err)
+	}
+	if _, err := New("qwen", "", provider.Options{APIKey: "k", Model: "m"}, 4096); err == nil || !strings.Contains(err.Error(), "takes no thinking budget") {
+		t.Errorf("a thinking budget on qwen: %v, want a refusal", err)
 	}
 }
 
