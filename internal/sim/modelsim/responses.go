@@ -24,6 +24,7 @@ type responsesRequest struct {
 	Store              *bool           `json:"store,omitempty"`
 	Stream             bool            `json:"stream,omitempty"`
 	Tools              json.RawMessage `json:"tools,omitempty"`
+	PromptCacheKey     string          `json:"prompt_cache_key,omitempty"`
 }
 
 // item is one input or output item, as much as the conversation needs.
@@ -109,16 +110,28 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "input must not be empty")
 		return
 	}
-	rep, u, stall, ok := s.play(w, r, creq)
+	rep, stall, ok := s.play(w, r, creq, writeError)
 	if !ok {
 		return
+	}
+	// Without a stored response the prompt is cached as on the chat wire;
+	// with one, the stored conversation is the cached prefix.
+	var u usage
+	if req.PreviousResponseID == "" {
+		creq.PromptCacheKey = req.PromptCacheKey
+		u = s.openAIUsage("responses", creq, rep)
+	} else {
+		p := chatPrompt("responses", creq)
+		in, out := p.tokens(), completionTokens(rep)
+		u = usage{PromptTokens: in, CompletionTokens: out, TotalTokens: in + out,
+			PromptTokensDetails: &promptTokensDetails{CachedTokens: openAIGranular(min(prior.tokens, in))}}
 	}
 	id := "resp_" + shortHash(body) + shortHash([]byte(s.now().String()))
 	out := outputItems(id, rep)
 	resp := responseObject{ID: id, Object: "response", CreatedAt: s.now().Unix(), Status: "completed", Model: req.Model,
 		Output: out, PreviousResponseID: req.PreviousResponseID, Store: req.Store == nil || *req.Store}
 	resp.Usage = &responsesUsage{InputTokens: u.PromptTokens, OutputTokens: u.CompletionTokens, TotalTokens: u.TotalTokens}
-	resp.Usage.InputTokensDetails.CachedTokens = min(prior.tokens, u.PromptTokens)
+	resp.Usage.InputTokensDetails.CachedTokens = u.PromptTokensDetails.CachedTokens
 	if resp.Store {
 		s.store(id, storedResponse{items: append(items, out...), tokens: u.PromptTokens, expires: s.now().Add(s.responseTTL())})
 	}

@@ -56,7 +56,9 @@ func TestResponsesStoreAndExpire(t *testing.T) {
 	srv := httptest.NewServer(sim.Handler())
 	defer srv.Close()
 
-	code, first, raw := postResponses(t, srv.URL, map[string]any{"model": "sim/timer", "instructions": "drive the phone", "input": "set a timer"})
+	// A trigger long enough to be cached (1024 tokens and more).
+	trigger := "set a timer. " + strings.Repeat("The timer app is on the home screen. ", 150)
+	code, first, raw := postResponses(t, srv.URL, map[string]any{"model": "sim/timer", "instructions": "drive the phone", "input": trigger})
 	if code != http.StatusOK || first.Status != "completed" || len(first.Output) != 2 || first.Output[0].Name != "note" || first.Output[1].Name != "peek" {
 		t.Fatalf("first response %d %s, want [note, peek]", code, raw)
 	}
@@ -71,8 +73,14 @@ func TestResponsesStoreAndExpire(t *testing.T) {
 	if code != http.StatusOK || len(second.Output) != 2 || second.Output[1].Name == "peek" {
 		t.Fatalf("continued response %d %s, want the script's next step", code, raw)
 	}
-	if c := second.Usage.InputTokensDetails.CachedTokens; c != first.Usage.InputTokens || second.Usage.InputTokens <= c {
-		t.Errorf("usage %+v, want the stored conversation (%d tokens) cached and the new input on top", second.Usage, first.Usage.InputTokens)
+	// The stored conversation is cached, in OpenAI's granularity: 1024
+	// tokens, then whole steps of 128.
+	if n := first.Usage.InputTokens; n < 1024+128 {
+		t.Fatalf("the first request has %d input tokens, too few to test caching", n)
+	}
+	want := 1024 + (first.Usage.InputTokens-1024)/128*128
+	if c := second.Usage.InputTokensDetails.CachedTokens; c != want || second.Usage.InputTokens <= c {
+		t.Errorf("usage %+v, want %d of the stored conversation's %d tokens cached and the new input on top", second.Usage, want, first.Usage.InputTokens)
 	}
 
 	code, unstored, _ := postResponses(t, srv.URL, map[string]any{"model": "sim/timer", "input": "set a timer", "store": false})

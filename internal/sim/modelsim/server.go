@@ -41,18 +41,20 @@ type Server struct {
 	mu     sync.Mutex
 	served map[string]int            // fault key → times served
 	kept   map[string]storedResponse // stored responses by id
+	cache  *promptCache              // prompt prefixes, for the cached tokens in usage
 }
 
 // NewServer serves lib.
 func NewServer(lib Library) *Server {
-	return &Server{lib: lib, now: time.Now, served: map[string]int{}, kept: map[string]storedResponse{}}
+	return &Server{lib: lib, now: time.Now, served: map[string]int{}, kept: map[string]storedResponse{}, cache: newPromptCache(maxCacheEntries)}
 }
 
-// Handler serves POST /v1/chat/completions, POST /v1/responses and GET /v1/models.
+// Handler serves POST /v1/chat/completions, POST /v1/responses, POST /v1/messages and GET /v1/models.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", s.chatCompletions)
 	mux.HandleFunc("POST /v1/responses", s.responses)
+	mux.HandleFunc("POST /v1/messages", s.messages)
 	mux.HandleFunc("GET /v1/models", s.models)
 	return mux
 }
@@ -104,10 +106,11 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "messages must not be empty")
 		return
 	}
-	rep, u, stall, ok := s.play(w, r, req)
+	rep, stall, ok := s.play(w, r, req, writeError)
 	if !ok {
 		return
 	}
+	u := s.openAIUsage("chat", req, rep)
 	id := "chatcmpl-" + shortHash(body)
 	if req.Stream {
 		s.stream(w, r, req, id, rep, u, stall)
@@ -126,20 +129,20 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 }
 
 // play decides the reply to a conversation in the Chat Completions shape
-// (the Responses wire converts to it): the scenario's next turn, its usage,
-// and the fault the step asks for. It answers the request itself when the
+// (the other wires convert to it): the scenario's next turn and the fault
+// the step asks for. It answers the request itself when the
 // fault is an error status or the request names no scenario (ok false).
-func (s *Server) play(w http.ResponseWriter, r *http.Request, req chatRequest) (rep reply, u usage, stall time.Duration, ok bool) {
+func (s *Server) play(w http.ResponseWriter, r *http.Request, req chatRequest, fail failure) (rep reply, stall time.Duration, ok bool) {
 	t := readTranscript(req.Messages)
 	sc, err := s.scenarioFor(req, t)
 	if err != nil {
-		writeError(w, http.StatusNotFound, "invalid_request_error", err.Error())
-		return rep, u, 0, false
+		fail(w, http.StatusNotFound, "invalid_request_error", err.Error())
+		return rep, 0, false
 	}
 	sess := sc.session(t.trigger)
 	if sess == nil {
-		writeError(w, http.StatusNotFound, "invalid_request_error", fmt.Sprintf("scenario %s has no session for this trigger and no default", sc.Name))
-		return rep, u, 0, false
+		fail(w, http.StatusNotFound, "invalid_request_error", fmt.Sprintf("scenario %s has no session for this trigger and no default", sc.Name))
+		return rep, 0, false
 	}
 	rep, st := sess.next(t)
 	rep = expandTemplates(rep, s.now())
@@ -149,7 +152,7 @@ func (s *Server) play(w http.ResponseWriter, r *http.Request, req chatRequest) (
 		if f.SlowFirstByte != "" {
 			d, _ := time.ParseDuration(f.SlowFirstByte)
 			if clock.Sleep(r.Context(), d) != nil {
-				return rep, u, 0, false // the client went away
+				return rep, 0, false // the client went away
 			}
 		}
 		switch f.Status {
@@ -157,17 +160,20 @@ func (s *Server) play(w http.ResponseWriter, r *http.Request, req chatRequest) (
 			if f.RetryAfter > 0 {
 				w.Header().Set("Retry-After", fmt.Sprint(f.RetryAfter))
 			}
-			writeError(w, f.Status, "rate_limit_error", "Rate limit reached for requests (modelsim fault). Please try again later.")
-			return rep, u, 0, false
+			fail(w, f.Status, "rate_limit_error", "Rate limit reached for requests (modelsim fault). Please try again later.")
+			return rep, 0, false
 		case 0:
 		default:
-			writeError(w, f.Status, "server_error", "The server had an error while processing your request (modelsim fault).")
-			return rep, u, 0, false
+			fail(w, f.Status, "server_error", "The server had an error while processing your request (modelsim fault).")
+			return rep, 0, false
 		}
 		stall, _ = time.ParseDuration(f.Stall)
 	}
-	return rep, usageOf(req, rep), stall, true
+	return rep, stall, true
 }
+
+// failure writes an error answer in a wire's shape.
+type failure func(w http.ResponseWriter, status int, typ, msg string)
 
 // serveFault reports whether the fault is still due for this exact request, and counts it.
 // Retries resend the same messages, so a fault with Times 1 is served once and the retry passes.
@@ -194,25 +200,47 @@ const (
 	imageTokens   = 765
 )
 
-// usageOf estimates the tokens of a request and its reply: text, tool calls and the tool
-// definitions count by their bytes, images by the flat cost (not their base64 size).
-func usageOf(req chatRequest, rep reply) usage {
-	in := len(req.Tools)
-	images := 0
+// chatPrompt is a Chat Completions conversation as cache units: the tool
+// definitions, then each message (its role, text, tool calls and the call
+// it answers) followed by a unit per image. Text counts by its bytes, images
+// by the flat cost (not their base64 size).
+func chatPrompt(wire string, req chatRequest) *prompt {
+	p := newPrompt(wire, req.Model, req.PromptCacheKey)
+	if len(req.Tools) > 0 {
+		p.add(textTokens(len(req.Tools)), false, req.Tools)
+	}
 	for _, m := range req.Messages {
-		in += len(m.text())
-		images += m.images()
+		text := m.text()
+		n := len(text)
+		parts := [][]byte{[]byte(m.Role), []byte(m.ToolCallID), []byte(text)}
 		for _, c := range m.ToolCalls {
-			in += len(c.Function.Name) + len(c.Function.Arguments)
+			n += len(c.Function.Name) + len(c.Function.Arguments)
+			parts = append(parts, []byte(c.ID), []byte(c.Function.Name), []byte(c.Function.Arguments))
+		}
+		p.add(textTokens(n), false, parts...)
+		for _, url := range m.imageURLs() {
+			p.add(imageTokens, false, []byte(url))
 		}
 	}
+	return p
+}
+
+// completionTokens counts the reply as the prompt is counted.
+func completionTokens(rep reply) int {
 	out := len(rep.content)
 	for _, c := range rep.calls {
 		out += len(c.Function.Name) + len(c.Function.Arguments)
 	}
-	p := (in+bytesPerToken-1)/bytesPerToken + images*imageTokens
-	c := (out + bytesPerToken - 1) / bytesPerToken
-	return usage{PromptTokens: p, CompletionTokens: c, TotalTokens: p + c, PromptTokensDetails: &promptTokensDetails{}}
+	return textTokens(out)
+}
+
+// openAIUsage is the usage of a chat-shaped request with OpenAI's automatic
+// prompt caching applied.
+func (s *Server) openAIUsage(wire string, req chatRequest, rep reply) usage {
+	p := chatPrompt(wire, req)
+	in, out := p.tokens(), completionTokens(rep)
+	cached := s.cache.openAI(p, s.now())
+	return usage{PromptTokens: in, CompletionTokens: out, TotalTokens: in + out, PromptTokensDetails: &promptTokensDetails{CachedTokens: cached}}
 }
 
 func shortHash(b []byte) string {

@@ -13,6 +13,8 @@ type chatRequest struct {
 	Stream        bool            `json:"stream"`
 	StreamOptions *streamOptions  `json:"stream_options,omitempty"`
 	Tools         json.RawMessage `json:"tools,omitempty"`
+	// PromptCacheKey keys OpenAI's prompt cache beside the prefix.
+	PromptCacheKey string `json:"prompt_cache_key,omitempty"`
 }
 
 type streamOptions struct {
@@ -54,21 +56,24 @@ func (m chatMessage) text() string {
 	return b.String()
 }
 
-// images counts the image parts of the message.
-func (m chatMessage) images() int {
+// imageURLs are the message's image parts, in order.
+func (m chatMessage) imageURLs() []string {
 	var parts []struct {
-		Type string `json:"type"`
+		Type     string `json:"type"`
+		ImageURL struct {
+			URL string `json:"url"`
+		} `json:"image_url"`
 	}
 	if json.Unmarshal(m.Content, &parts) != nil {
-		return 0
+		return nil
 	}
-	n := 0
+	var out []string
 	for _, p := range parts {
 		if p.Type == "image_url" {
-			n++
+			out = append(out, p.ImageURL.URL)
 		}
 	}
-	return n
+	return out
 }
 
 type toolCall struct {
