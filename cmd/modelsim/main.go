@@ -1,5 +1,5 @@
-// Command modelsim serves an OpenAI-compatible Chat Completions API that plays scripted
-// scenarios (tests, offline demos). See docs/modelsim.md.
+// Command modelsim serves a scripted model on the OpenAI Chat Completions and Responses
+// wires and Anthropic's Messages wire (tests, offline demos). See docs/modelsim.md.
 package main
 
 import (

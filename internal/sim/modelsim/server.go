@@ -1,9 +1,31 @@
-// Package modelsim is an OpenAI-compatible server that plays scripted scenarios against a
-// rig, on both OpenAI wires (Chat Completions, and the Responses API with its stored
-// responses): each reply is the [note, one-other] turn the script's next step asks for,
-// resolved against the newest element listing in the conversation. The script's progress is
-// read from the conversation, so one server serves a whole farm; the scenario comes from the
-// model name ("sim/timer") or a marker in the trigger ("[scenario:timer]").
+// Package modelsim is a model server that plays scripted scenarios against a rig, on three
+// wires: OpenAI's Chat Completions, OpenAI's Responses API with its stored responses, and
+// Anthropic's Messages API with extended thinking. Each reply is the [note, one-other] turn
+// the script's next step asks for, resolved against the newest element listing in the
+// conversation; every wire converts its request to the chat shape the script logic reads.
+// The script's progress is read from the conversation, so one server serves a whole farm;
+// the scenario comes from the model name ("sim/timer") or a marker in the trigger
+// ("[scenario:timer]").
+//
+// Usage emulates the providers' prompt caching as their prompt-caching documentation
+// describes it (details and sources in docs/modelsim.md, "Prompt caching"). Tokens are
+// counted from content: four bytes of text a token, 765 per image. A prompt is a chain of
+// block hashes in the provider's cache order (tools, system, messages), so a change in any
+// block changes every prefix after it.
+//
+//   - OpenAI (chat, and Responses without previous_response_id): automatic for prompts of
+//     1024 tokens or more; cached is the longest prefix, at a block boundary, that an
+//     earlier request with the same wire, model and prompt_cache_key sent, reported as 1024
+//     plus whole 128-token steps. With previous_response_id the stored conversation is the
+//     cached prefix, in the same steps.
+//   - Anthropic: only at cache_control breakpoints. A breakpoint reads the longest entry
+//     among its own block and the 19 before it; each breakpoint after the read whose
+//     prefix has 1024 tokens or more writes it. cache_read_input_tokens is the read,
+//     cache_creation_input_tokens the tokens from the read to the last write, input_tokens
+//     the rest.
+//
+// Entries live five minutes from their last write or read, on the server's clock, and the
+// least recently used go first beyond a fixed number.
 package modelsim
 
 import (
