@@ -1,7 +1,9 @@
 package modelsim_test
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -136,5 +138,63 @@ func TestAnthropicHeaders(t *testing.T) {
 		if resp.StatusCode != c.status || c.typ != "" && !strings.Contains(raw.String(), `"type":"error"`) || !strings.Contains(raw.String(), c.typ) {
 			t.Errorf("key %q version %q: %d %s, want %d %s", c.key, c.version, resp.StatusCode, raw.String(), c.status, c.typ)
 		}
+	}
+}
+
+// A streamed Messages reply, event by event, as Anthropic sends it.
+func TestAnthropicStreamEvents(t *testing.T) {
+	srv := httptest.NewServer(modelsim.NewServer(builtin(t)).Handler())
+	defer srv.Close()
+	body := `{"model":"sim/timer","max_tokens":4096,"stream":true,"thinking":{"type":"enabled","budget_tokens":2048},
+		"messages":[{"role":"user","content":"set a timer"}]}`
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/messages", strings.NewReader(body))
+	req.Header.Set("x-api-key", "k")
+	req.Header.Set("anthropic-version", "2023-06-01")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("content type %q", ct)
+	}
+	var events []string
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "data: ") {
+			continue
+		}
+		var ev struct {
+			Type         string `json:"type"`
+			ContentBlock struct {
+				Type string `json:"type"`
+			} `json:"content_block"`
+			Delta struct {
+				Type       string `json:"type"`
+				StopReason string `json:"stop_reason"`
+			} `json:"delta"`
+		}
+		if err := json.Unmarshal([]byte(line[len("data: "):]), &ev); err != nil {
+			t.Fatal(err)
+		}
+		name := ev.Type
+		switch {
+		case ev.Type == "content_block_start":
+			name += ":" + ev.ContentBlock.Type
+		case ev.Type == "content_block_delta":
+			name = ev.Delta.Type
+		case ev.Type == "message_delta":
+			name += ":" + ev.Delta.StopReason
+		}
+		if n := len(events); n == 0 || events[n-1] != name {
+			events = append(events, name) // runs of the same delta count once
+		}
+	}
+	want := "message_start ping content_block_start:thinking thinking_delta signature_delta content_block_stop " +
+		"content_block_start:tool_use input_json_delta content_block_stop " +
+		"content_block_start:tool_use input_json_delta content_block_stop message_delta:tool_use message_stop"
+	if got := strings.Join(events, " "); got != want {
+		t.Errorf("events:\n%s\nwant\n%s", got, want)
 	}
 }
