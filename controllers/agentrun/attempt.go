@@ -12,6 +12,7 @@ import (
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/internal/attempt"
 	"github.com/clawfarm/clawfarm/internal/conditions"
+	"github.com/clawfarm/clawfarm/internal/contract"
 )
 
 // advance moves a run that is not finished: it takes a rig if it has none,
@@ -60,6 +61,11 @@ func (s *step) advance(ctx context.Context) (then, error) {
 		conditions.Unknown(&st.Conditions, gen, farmv1.ConditionSucceeded, farmv1.ReasonRunning, s.runningMessage(s.live[len(s.live)-1]))
 		return writeNow, nil
 	}
+	if left, limited := attempt.RunInputTokensLeft(s.run); limited && left <= 0 {
+		// A fresh attempt would be refused its first request: end the run
+		// as a loop that spent the budget ends it, without starting one.
+		return writeNow, s.runBudgetSpent(ctx)
+	}
 	if p := s.rig.Status.Phase; p == farmv1.RigOffline || p == farmv1.RigNotReady {
 		// Keep the rig for a while, but start nothing on a node or phone that
 		// cannot run it: the rig's status change wakes this run when it is
@@ -92,6 +98,22 @@ func (s *step) advance(ctx context.Context) (then, error) {
 		return writeNow, nil
 	}
 	return s.startAttempt(ctx, leasedNow)
+}
+
+// runBudgetSpent fails a run whose recorded attempts have used all of
+// spec.limits.maxRunInputTokens, with the reason and sentinel a loop that
+// reports budget_exhausted gets, and gives the rig back.
+func (s *step) runBudgetSpent(ctx context.Context) error {
+	st := &s.run.Status
+	var used int64
+	if st.Usage != nil {
+		used = st.Usage.PromptTokens
+	}
+	st.Sentinel, st.ExitReason = string(contract.Stuck), string(contract.ReasonBudgetExhausted)
+	s.finishWith(farmv1.RunFailed, farmv1.ReasonBudgetExhausted, fmt.Sprintf(
+		"the run's input token budget is spent: its %d recorded attempts used %d input tokens of limits.maxRunInputTokens %d; no attempt %d was started",
+		len(st.Attempts), used, s.run.Spec.Limits.MaxRunInputTokens, attempt.Next(st).Attempt))
+	return s.releaseRig(ctx)
 }
 
 // runningMessage says how the run's newest live pod stands: running, or — on

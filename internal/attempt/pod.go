@@ -81,6 +81,11 @@ func (s Spec) Settings() contract.Settings {
 	for _, sk := range s.skillSources() {
 		skills = append(skills, path.Join(contract.SkillsMountRoot, sk.ConfigMapName))
 	}
+	var fold string
+	if f := run.Spec.Model.Fold; f != nil {
+		fold = fmt.Sprintf("%d/%d", f.AtTurns, f.KeepTurns)
+	}
+	left, _ := RunInputTokensLeft(run)
 	return contract.Settings{
 		Run:            run.Namespace + "/" + run.Name,
 		Attempt:        int(s.Attempt),
@@ -101,7 +106,29 @@ func (s Spec) Settings() contract.Settings {
 		TraceURL:       s.Defaults.TraceURL,
 		TraceTokenFile: traceTokenFile(s.Defaults.TraceURL),
 		TraceKeep:      s.Defaults.TraceKeep,
+
+		MaxErrors:            int(run.Spec.Limits.ErrorLimit()),
+		MaxInputTokens:       run.Spec.Limits.MaxInputTokens,
+		RunInputTokensLeft:   left,
+		ThinkingBudgetTokens: int(run.Spec.Model.ThinkingBudgetTokens),
+		Fold:                 fold,
 	}
+}
+
+// RunInputTokensLeft is what is left of the run's input token budget
+// (spec.limits.maxRunInputTokens) once the recorded attempts' input tokens
+// are taken off; limited is false when the run has no such budget. A run
+// with limited and left <= 0 must start no attempt.
+func RunInputTokensLeft(run *farmv1.AgentRun) (left int64, limited bool) {
+	budget := run.Spec.Limits.MaxRunInputTokens
+	if budget <= 0 {
+		return 0, false
+	}
+	var used int64
+	if u := run.Status.Usage; u != nil {
+		used = u.PromptTokens
+	}
+	return budget - used, true
 }
 
 func traceTokenFile(url string) string {

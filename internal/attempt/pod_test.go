@@ -109,3 +109,32 @@ func TestBuildPodProjectsTheTraceToken(t *testing.T) {
 		}
 	}
 }
+
+// The budgets and the model's tuning reach the loop; the run's input token
+// budget is what its recorded attempts left.
+func TestSettingsCarryBudgetsAndTuning(t *testing.T) {
+	run := &farmv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "run"}}
+	run.Spec.Model = farmv1.ModelSpec{Provider: "anthropic", Name: "claude", ThinkingBudgetTokens: 4096,
+		Fold: &farmv1.FoldPolicy{AtTurns: 40, KeepTurns: 12}}
+	run.Spec.Limits = farmv1.RunLimits{MaxErrors: 3, MaxInputTokens: 5000, MaxRunInputTokens: 9000}
+	run.Status.Usage = &farmv1.TokenUsage{PromptTokens: 2500, CachedTokens: 2000}
+	env := map[string]string{}
+	for _, e := range podSpecFor(run, Defaults{Image: "loop"}).Spec.Containers[0].Env {
+		env[e.Name] = e.Value
+	}
+	for k, v := range map[string]string{
+		contract.SettingMaxErrors.Env: "3", contract.SettingMaxInputTokens.Env: "5000",
+		contract.SettingRunInputTokensLeft.Env: "6500", contract.SettingThinkingBudget.Env: "4096", contract.SettingFold.Env: "40/12",
+	} {
+		if env[k] != v {
+			t.Errorf("env %s = %q, want %q", k, env[k], v)
+		}
+	}
+	if left, limited := RunInputTokensLeft(run); left != 6500 || !limited {
+		t.Errorf("RunInputTokensLeft = %d, %v", left, limited)
+	}
+	run.Spec.Limits.MaxRunInputTokens = 0
+	if _, limited := RunInputTokensLeft(run); limited {
+		t.Error("a run without maxRunInputTokens is limited")
+	}
+}
