@@ -357,4 +357,13 @@ func TestTuningSettings(t *testing.T) {
 	if at, keep := c.fold(); at != 40 || keep != 8 || c.MaxInputTokens != 2000000 || c.RunInputTokensLeft != 900000 || c.MaxErrors != 3 {
 		t.Errorf("fold %d/%d, config %+v", at, keep, c.Settings)
 	}
+	// Without a cadence of its own a run gets its preset's.
+	c.Fold, c.ModelProvider = "", "anthropic"
+	if at, keep := c.fold(); at != 50 || keep != 10 {
+		t.Errorf("anthropic's fold %d/%d, want its preset's 50/10", at, keep)
+	}
+	c.ModelProvider = "deepseek"
+	if at, keep := c.fold(); at != 40 || keep != 10 {
+		t.Errorf("deepseek's fold %d/%d, want its preset's 40/10", at, keep)
+	}
 }

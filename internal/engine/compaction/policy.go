@@ -185,6 +185,21 @@ func renderFold(sums, mems, skills []string) string {
 	return b.String()
 }
 
+// FoldedSummaries reads a fold message: the one-line summary of each folded
+// turn, oldest first, without the "- " they are listed with; ok is false
+// when text is not a fold message. modelsim counts a folded script's
+// turns with it.
+func FoldedSummaries(text string) (sums []string, ok bool) {
+	if !strings.HasPrefix(text, FoldHeader) {
+		return nil, false
+	}
+	raw, _, _ := parseFold(text)
+	for _, s := range raw {
+		sums = append(sums, strings.TrimPrefix(s, "- "))
+	}
+	return sums, true
+}
+
 func parseFold(text string) (sums, mems, skills []string) {
 	section := func(start, end string) string {
 		_, rest, ok := strings.Cut(text, "\n"+start+"\n")

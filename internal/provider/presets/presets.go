@@ -40,8 +40,7 @@ type Preset struct {
 	// and features there first (OpenAI).
 	API string
 	// FoldAt and FoldKeep are the preset's fold cadence in turns (0: the
-	// engine's default, 30/10), chosen for its prompt cache: see
-	// docs/benchmarks.md, "Prompt caching".
+	// engine's default, 30/10), chosen for its prompt cache.
 	FoldAt, FoldKeep int
 }
 
@@ -53,14 +52,27 @@ const LocalIdleTimeout = 300 * time.Second
 // OpenAICompatible is the preset for any OpenAI-compatible base URL.
 const OpenAICompatible = "openai-compatible"
 
+// The fold cadences, measured by BenchmarkPromptCache300
+// (docs/benchmarks.md, "Prompt caching"): on the Messages wire 50/10 is
+// the one that serves at least 80% of the input from the cache with the
+// request at turn 300 within 1.3× of turn 40; on the OpenAI-style wires
+// 40/10 costs least at the cached prices of today's models (a tenth to a
+// quarter of the input price) within the same bound. The cost differs by
+// a few percent between cadences; the breakpoints and a stable prefix are
+// what the cache pays for.
+const (
+	messagesFoldAt, messagesFoldKeep = 50, 10
+	chatFoldAt, chatFoldKeep         = 40, 10
+)
+
 var all = map[string]Preset{
-	"openai":         {Name: "openai", Wire: ChatCompletions, BaseURL: "https://api.openai.com/v1", NeedsKey: true, MaxCompletionTokensField: true, API: openai.APIResponses},
-	"anthropic":      {Name: "anthropic", Wire: Messages, BaseURL: anthropic.DefaultBaseURL, NeedsKey: true},
-	"qwen":           {Name: "qwen", Wire: ChatCompletions, BaseURL: "https://dashscope-intl.aliyuncs.com/compatible-mode/v1", NeedsKey: true},
-	"moonshot":       {Name: "moonshot", Wire: ChatCompletions, BaseURL: "https://api.moonshot.ai/v1", NeedsKey: true},
-	"deepseek":       {Name: "deepseek", Wire: ChatCompletions, BaseURL: "https://api.deepseek.com/v1", NeedsKey: true},
-	"google":         {Name: "google", Wire: ChatCompletions, BaseURL: "https://generativelanguage.googleapis.com/v1beta/openai", NeedsKey: true},
-	OpenAICompatible: {Name: OpenAICompatible, Wire: ChatCompletions, IdleTimeout: LocalIdleTimeout},
+	"openai":         {Name: "openai", Wire: ChatCompletions, BaseURL: "https://api.openai.com/v1", NeedsKey: true, MaxCompletionTokensField: true, API: openai.APIResponses, FoldAt: chatFoldAt, FoldKeep: chatFoldKeep},
+	"anthropic":      {Name: "anthropic", Wire: Messages, BaseURL: anthropic.DefaultBaseURL, NeedsKey: true, FoldAt: messagesFoldAt, FoldKeep: messagesFoldKeep},
+	"qwen":           {Name: "qwen", Wire: ChatCompletions, BaseURL: "https://dashscope-intl.aliyuncs.com/compatible-mode/v1", NeedsKey: true, FoldAt: chatFoldAt, FoldKeep: chatFoldKeep},
+	"moonshot":       {Name: "moonshot", Wire: ChatCompletions, BaseURL: "https://api.moonshot.ai/v1", NeedsKey: true, FoldAt: chatFoldAt, FoldKeep: chatFoldKeep},
+	"deepseek":       {Name: "deepseek", Wire: ChatCompletions, BaseURL: "https://api.deepseek.com/v1", NeedsKey: true, FoldAt: chatFoldAt, FoldKeep: chatFoldKeep},
+	"google":         {Name: "google", Wire: ChatCompletions, BaseURL: "https://generativelanguage.googleapis.com/v1beta/openai", NeedsKey: true, FoldAt: chatFoldAt, FoldKeep: chatFoldKeep},
+	OpenAICompatible: {Name: OpenAICompatible, Wire: ChatCompletions, IdleTimeout: LocalIdleTimeout, FoldAt: chatFoldAt, FoldKeep: chatFoldKeep},
 }
 
 // Names lists the presets.

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/clawfarm/clawfarm/internal/contract"
+	"github.com/clawfarm/clawfarm/internal/engine/compaction"
 )
 
 // listingHeader opens every rig element listing (docs/rig-contract.md, "The element listing").
@@ -40,7 +41,26 @@ func readTranscript(msgs []chatMessage) transcript {
 	for _, m := range msgs {
 		switch m.Role {
 		case "user":
-			users = append(users, m.text())
+			text := m.text()
+			// The Messages wire joins the opening message and the fold
+			// message into one user message, so look inside.
+			if i := strings.Index(text, compaction.FoldHeader); i >= 0 {
+				// The engine folded these turns into one line each: they
+				// count as they did before the fold.
+				sums, _ := compaction.FoldedSummaries(text[i:])
+				users = append(users, text[:i])
+				for _, s := range sums {
+					t.turnIndex++
+					if strings.HasPrefix(s, retryMarker) {
+						t.retries++
+					} else {
+						t.turns++
+						t.retries = 0
+					}
+				}
+				continue
+			}
+			users = append(users, text)
 		case "assistant":
 			t.turnIndex++
 			if isRetry(m) {
