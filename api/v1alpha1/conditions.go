@@ -58,6 +58,9 @@ const (
 	ReasonChainLimitReached = "ChainLimitReached"
 	ReasonFollowUpsDisabled = "FollowUpsDisabled"
 	ReasonPodCreateFailed   = "PodCreateFailed"
+	// ReasonStalled: the stall watchdog stopped an attempt whose loop
+	// reported no progress for spec.limits.stallSeconds (a Warning Event).
+	ReasonStalled = "Stalled"
 )
 
 // Reasons of the Finished condition besides ReasonWaiting and ReasonCancelled:
@@ -153,6 +156,9 @@ const (
 	OutcomeInvalidConfig  = "InvalidConfig"
 	OutcomeInfrastructure = "Infrastructure"
 	OutcomeCancelled      = "Cancelled"
+	// OutcomeStalled is a counted STUCK: the stall watchdog stopped the
+	// attempt (exit reason "stalled").
+	OutcomeStalled = "Stalled"
 )
 
 // Labels and annotations the operator puts on what it creates.
@@ -167,6 +173,9 @@ const (
 	LabelKind       = "farm.clawfarm.dev/kind"
 	AnnotationChain = "farm.clawfarm.dev/chain"
 	AnnotationRetry = "farm.clawfarm.dev/retry"
+	// AnnotationStalled, on an attempt pod the stall watchdog is stopping,
+	// says what it last saw; the pod's ending is then recorded Stalled.
+	AnnotationStalled = "farm.clawfarm.dev/stalled"
 	// TaintRig is the taint rig nodes carry; loop pods tolerate it.
 	TaintRig = "farm.clawfarm.dev/rig"
 	// FinalizerOutcome keeps an attempt pod until its outcome is recorded.

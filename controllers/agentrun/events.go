@@ -90,6 +90,10 @@ func (r recorder) stopping(run *farmv1.AgentRun, pod, why string) {
 	r.normal(run, nil, farmv1.EventStoppingAttempt, "DeletePod", "stopping pod %s: %s", pod, why)
 }
 
+func (r recorder) stalled(run *farmv1.AgentRun, pod *corev1.Pod, why string) {
+	r.warning(run, pod, farmv1.ReasonStalled, "DeletePod", "stopping pod %s: %s", pod.Name, why)
+}
+
 func (r recorder) followUpRenamed(run *farmv1.AgentRun, planned, name string) {
 	r.warning(run, nil, farmv1.EventFollowUpRenamed, "ScheduleFollowUp",
 		"AgentRun %s was made for another run named %s (an earlier run of this name); this run's follow-up is %s",

@@ -53,6 +53,11 @@ func (s *step) recordEnded(ctx context.Context) error {
 			if pod.Status.Phase == corev1.PodPending {
 				s.wake(pod.CreationTimestamp.Add(s.r.Config.StartupTimeout + time.Second))
 			}
+			if !gone && !unreachable && !s.run.Status.Phase.Finished() && s.stopReason() == nil {
+				if err := s.watchStall(ctx, pod); err != nil {
+					return err
+				}
+			}
 			continue
 		}
 		s.record(ctx, pod, o)

@@ -48,6 +48,9 @@ func Apply(run *farmv1.AgentRun, rec farmv1.AttemptRecord, o Outcome) Verdict {
 		if m := o.Message; m != nil {
 			st.Recap, st.ExitReason = m.Recap, string(m.ExitReason)
 		}
+		if o.ExitReason != "" {
+			st.ExitReason = o.ExitReason
+		}
 	}
 	if u := rec.Usage; u != nil {
 		if st.Usage == nil {

@@ -32,7 +32,14 @@ type Outcome struct {
 	// Evict is set when the pod will not end by itself (never started, a
 	// configuration error, a node gone) and must be deleted.
 	Evict bool
+	// ExitReason, when set, is the exit reason recorded instead of the
+	// termination message's (the stall watchdog's ExitReasonStalled).
+	ExitReason string
 }
+
+// ExitReasonStalled is the exit reason of an attempt the stall watchdog
+// stopped: the operator's, not one the loop reports.
+const ExitReasonStalled = "stalled"
 
 // World is what the classifier needs to know beyond the pod.
 type World struct {
@@ -114,6 +121,15 @@ func Classify(pod *corev1.Pod, w World) (Outcome, bool) {
 	}
 	if infraPodReasons[pod.Status.Reason] {
 		return infra(fmt.Sprintf("the pod ended with reason %s: %s", pod.Status.Reason, pod.Status.Message), false), true
+	}
+	if why := pod.Annotations[farmv1.AnnotationStalled]; why != "" {
+		// Stopped by the stall watchdog: whatever the loop said on its way
+		// out (a SIGTERM's user_cancel), the attempt is a counted STUCK.
+		o := fromContainer(pod)
+		o.Class, o.Counted, o.Sentinel, o.Mismatch = farmv1.OutcomeStalled, true, string(contract.Stuck), false
+		o.ExitReason = ExitReasonStalled
+		o.Explanation = "stalled: " + why
+		return o, true
 	}
 	if pod.Status.Reason == "DeadlineExceeded" {
 		o := fromContainer(pod)
@@ -275,6 +291,9 @@ func Record(pod *corev1.Pod, attemptN, retry int32, o Outcome, now time.Time) fa
 	if m := o.Message; m != nil {
 		r.ExitReason = string(m.ExitReason)
 		r.Usage = &farmv1.TokenUsage{PromptTokens: m.Usage.PromptTokens, CompletionTokens: m.Usage.CompletionTokens, CachedTokens: m.Usage.CachedTokens}
+	}
+	if o.ExitReason != "" {
+		r.ExitReason = o.ExitReason
 	}
 	return r
 }

@@ -251,3 +251,23 @@ func TestBackoffDoublesToItsCap(t *testing.T) {
 		}
 	}
 }
+
+// A pod the stall watchdog stopped is a counted STUCK, Stalled, whatever the
+// loop said on its way out; the tokens it reported still count.
+func TestClassifyStalled(t *testing.T) {
+	pod := ended(corev1.PodFailed, 12, `{"sentinel":"STUCK","recap":"stopped","exitReason":"user_cancel","retryable":true,"usage":{"promptTokens":700,"completionTokens":20,"cachedTokens":0}}`)
+	pod.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	pod.Annotations = map[string]string{farmv1.AnnotationStalled: "no progress for 600s: last heartbeat 2026-12-01T10:00:00Z, turn 9"}
+	o, done := Classify(pod, World{Now: time.Now()})
+	if !done || o.Class != farmv1.OutcomeStalled || !o.Counted || o.Sentinel != "STUCK" || !strings.Contains(o.Explanation, "turn 9") {
+		t.Fatalf("outcome %+v, ended %v", o, done)
+	}
+	rec := Record(pod, 1, 0, o, time.Now())
+	if rec.ExitReason != ExitReasonStalled || rec.Usage == nil || rec.Usage.PromptTokens != 700 {
+		t.Fatalf("record %+v", rec)
+	}
+	// A run being cancelled records the stop as the cancel.
+	if o, _ := Classify(pod, World{Now: time.Now(), Cancelling: true}); o.Class != farmv1.OutcomeCancelled {
+		t.Fatalf("cancelled run: outcome %s", o.Class)
+	}
+}
