@@ -5,6 +5,7 @@ import (
 )
 
 // RigEndpoint is where the rig's MCP server and health route answer.
+// +kubebuilder:validation:XValidation:rule="!has(self.healthURL) || self.healthURL.lowerAscii().find('//(\\\\[[^\\\\]]*\\\\]|[^/:?#]+)') == self.url.lowerAscii().find('//(\\\\[[^\\\\]]*\\\\]|[^/:?#]+)')",message="endpoint.healthURL must be on the endpoint URL's host: the manager fetches it, so it may not point anywhere else"
 type RigEndpoint struct {
 	// URL of the rig's MCP server (streamable HTTP), e.g. http://10.0.0.5:8048/mcp.
 	// +kubebuilder:validation:MinLength=1
@@ -12,7 +13,9 @@ type RigEndpoint struct {
 	// +kubebuilder:validation:Pattern=`^https?://[^/\s]+(/\S*)?$`
 	URL string `json:"url"`
 
-	// HealthURL answers GET with the PhysiClaw status JSON. Default: /api/status on the URL's host.
+	// HealthURL answers GET with the PhysiClaw status JSON, on the URL's host
+	// (any port). Default: /api/status on the URL's host. Redirects are not
+	// followed and at most 64 KiB of the answer is read.
 	// +kubebuilder:validation:MaxLength=2048
 	// +kubebuilder:validation:Pattern=`^https?://[^/\s]+(/\S*)?$`
 	// +optional

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -196,6 +197,10 @@ func (r *Reconciler) probe(ctx context.Context, rig *farmv1.DeviceRig) (*farmv1.
 	ctx, cancel := context.WithTimeout(ctx, r.Config.ProbeTimeout)
 	defer cancel()
 	u := healthURL(rig)
+	if err := sameHost(u, rig.Spec.Endpoint.URL); err != nil {
+		// The API refuses such a rig; one stored before that rule is not probed.
+		return nil, fmt.Errorf("health URL %q: %w", u, err)
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, fmt.Errorf("health URL %q: %w", u, err)
@@ -205,9 +210,13 @@ func (r *Reconciler) probe(ctx context.Context, rig *farmv1.DeviceRig) (*farmv1.
 		return nil, fmt.Errorf("probe rig %s: %w", rig.Name, err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxHealthBody))
 	if err != nil {
 		return nil, fmt.Errorf("probe rig %s: read body: %w", rig.Name, err)
+	}
+	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+		return nil, fmt.Errorf("probe rig %s: GET %s answered %s (to %q); redirects are not followed: set endpoint.healthURL to the route itself",
+			rig.Name, u, resp.Status, resp.Header.Get("Location"))
 	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("probe rig %s: GET %s answered %s", rig.Name, u, resp.Status)
@@ -218,6 +227,30 @@ func (r *Reconciler) probe(ctx context.Context, rig *farmv1.DeviceRig) (*farmv1.
 	}
 	return &h, nil
 }
+
+// maxHealthBody is the most of a health answer the manager reads.
+const maxHealthBody = 64 << 10
+
+// sameHost refuses a health URL on another host than the rig's endpoint:
+// the manager fetches it from its own network position.
+func sameHost(health, endpoint string) error {
+	h, err := url.Parse(health)
+	if err != nil {
+		return err
+	}
+	e, err := url.Parse(endpoint)
+	if err != nil {
+		return fmt.Errorf("the endpoint URL: %w", err)
+	}
+	if (h.Scheme != "http" && h.Scheme != "https") || !strings.EqualFold(h.Hostname(), e.Hostname()) {
+		return fmt.Errorf("not an http(s) URL on the endpoint's host %q: not probed", e.Hostname())
+	}
+	return nil
+}
+
+// noRedirects makes a client stop at the first answer: a health route that
+// redirects could send the manager anywhere.
+func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 // healthURL is the rig's health route: spec.endpoint.healthURL, else /api/status on the MCP URL's host.
 func healthURL(rig *farmv1.DeviceRig) string {
@@ -340,6 +373,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.HTTP == nil {
 		r.HTTP = &http.Client{Timeout: r.Config.ProbeTimeout}
 	}
+	c := *r.HTTP
+	c.CheckRedirect = noRedirects
+	r.HTTP = &c
 	if r.APIReader == nil {
 		r.APIReader = mgr.GetAPIReader()
 	}
