@@ -205,7 +205,7 @@ func (f *follower) finalLines(run *farmv1.AgentRun, out Outcome) {
 		facts = append(facts, fmt.Sprintf("%d attempt pod%s", n, plural(n)))
 	}
 	if u := st.Usage; u != nil && u.PromptTokens+u.CompletionTokens > 0 {
-		facts = append(facts, tokens(u.PromptTokens+u.CompletionTokens)+" tokens")
+		facts = append(facts, usage(u.PromptTokens, u.CompletionTokens, u.CachedTokens, u.Cost))
 	}
 	if st.StartTime != nil && st.CompletionTime != nil {
 		if d := st.CompletionTime.Sub(st.StartTime.Time).Round(time.Second); d > 0 {

@@ -208,7 +208,7 @@ func lifecycleString(ev *events.Event) string {
 			facts = append(facts, fmt.Sprintf("%d turns", ev.Turns))
 		}
 		if u := ev.Usage; u != nil && u.PromptTokens+u.CompletionTokens > 0 {
-			facts = append(facts, tokens(u.PromptTokens+u.CompletionTokens)+" tokens")
+			facts = append(facts, usage(u.PromptTokens, u.CompletionTokens, u.CachedTokens, ""))
 		}
 		if len(facts) > 0 {
 			s += "  (" + strings.Join(facts, ", ") + ")"
@@ -356,6 +356,19 @@ func clip(s string, n int) string {
 }
 
 // tokens writes a token count short: 812, 24.7k, 1.2M.
+// usage says what a session or a run used: its tokens, the share of the
+// input the prompt cache served, and the cost when there is one.
+func usage(prompt, completion, cached int64, cost string) string {
+	s := tokens(prompt+completion) + " tokens"
+	if prompt > 0 && cached > 0 {
+		s += fmt.Sprintf(" (%d%% of the input cached)", cached*100/prompt)
+	}
+	if cost != "" {
+		s += ", $" + cost
+	}
+	return s
+}
+
 func tokens(n int64) string {
 	switch {
 	case n >= 1_000_000:

@@ -151,3 +151,18 @@ func TestRenderEveryEventAndKeepsStrangers(t *testing.T) {
 		t.Errorf("rendered:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// A run's usage line: tokens, the share the prompt cache served, the cost.
+func TestUsageLine(t *testing.T) {
+	for _, c := range []struct {
+		prompt, completion, cached int64
+		cost, want                 string
+	}{
+		{10000, 500, 8000, "0.0421", "10.5k tokens (80% of the input cached), $0.0421"},
+		{900, 40, 0, "", "940 tokens"},
+	} {
+		if got := usage(c.prompt, c.completion, c.cached, c.cost); got != c.want {
+			t.Errorf("usage(%d, %d, %d, %q) = %q, want %q", c.prompt, c.completion, c.cached, c.cost, got, c.want)
+		}
+	}
+}
