@@ -30,7 +30,7 @@ func (s *step) watchStall(ctx context.Context, pod *corev1.Pod) error {
 	if timeout <= 0 || pod.Status.Phase != corev1.PodRunning || pod.Status.StartTime == nil || pod.DeletionTimestamp != nil {
 		return nil
 	}
-	beat, seen := heartbeat(pod, s.run.Status.Progress)
+	beat, _ := heartbeat(pod, s.run.Status.Progress)
 	if s.now.Before(beat.Add(timeout)) {
 		s.wake(beat.Add(timeout))
 		return nil
@@ -41,7 +41,8 @@ func (s *step) watchStall(ctx context.Context, pod *corev1.Pod) error {
 	if err := s.r.APIReader.Get(ctx, client.ObjectKeyFromObject(s.run), &fresh); err != nil {
 		return fmt.Errorf("read the run's progress: %w", err)
 	}
-	if beat, seen = heartbeat(pod, fresh.Status.Progress); s.now.Before(beat.Add(timeout)) {
+	beat, seen := heartbeat(pod, fresh.Status.Progress)
+	if s.now.Before(beat.Add(timeout)) {
 		s.wake(beat.Add(timeout))
 		return nil
 	}
