@@ -115,6 +115,10 @@ const (
 	// (the parent is gone, cancelled, failed or not the one that made the
 	// CronJob; an agent job expired or lost its rig).
 	EventFollowUpRefused = "FollowUpRefused"
+	// EventPricingInvalid: an attempt's cost could not be computed (the
+	// manager's price list is missing or malformed for the run's model);
+	// the cost is left empty and the run goes on.
+	EventPricingInvalid = "PricingInvalid"
 )
 
 // Reasons of Events on a DeviceRig. A phase change's Event reason is

@@ -10,10 +10,13 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -62,6 +65,7 @@ type managerFlags struct {
 	runWorkers, rigWorkers         *int
 	traceURL, traceAudience        *string
 	traceKeep                      *int
+	pricingConfigMap               *string
 	loopResources, fuResources     *jsonFlag[corev1.ResourceRequirements]
 	loopSecurity, fuSecurity       *jsonFlag[corev1.SecurityContext]
 	loopPodSecurity, fuPodSecurity *jsonFlag[corev1.PodSecurityContext]
@@ -71,37 +75,38 @@ type managerFlags struct {
 func newManagerFlags() *managerFlags {
 	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
 	f := &managerFlags{fs: fs,
-		metricsAddr:     fs.String("metrics-bind-address", ":8080", "address the metrics endpoint binds to; 0 disables it"),
-		probeAddr:       fs.String("health-probe-bind-address", ":8081", "address the health probes bind to"),
-		leaderElect:     fs.Bool("leader-elect", false, "enable leader election (use it with more than one replica)"),
-		leaderNamespace: fs.String("leader-election-namespace", "", "namespace of the leader-election Lease (default: the pod's)"),
-		leaseDuration:   fs.Duration("leader-elect-lease-duration", 15*time.Second, "how long a standby waits, after the leader stops renewing, before it takes over"),
-		renewDeadline:   fs.Duration("leader-elect-renew-deadline", 10*time.Second, "how long the leader keeps trying to renew before it gives up leading"),
-		retryPeriod:     fs.Duration("leader-elect-retry-period", 2*time.Second, "how often leader-election clients try to acquire or renew"),
-		loopImage:       fs.String("loop-image", "ghcr.io/clawfarm/loop:latest", "default image of loop pods"),
-		loopSA:          fs.String("loop-service-account", "clawfarm-loop", "default service account of loop pods (needs patch on agentruns/status)"),
-		pullPolicy:      fs.String("image-pull-policy", "IfNotPresent", "image pull policy of loop pods and follow-up Jobs"),
-		managerImage:    fs.String("manager-image", "ghcr.io/clawfarm/manager:latest", "image that runs `manager followup` in follow-up Jobs"),
-		followupSA:      fs.String("followup-service-account", "clawfarm-followup", "service account of follow-up Jobs (the clawfarm-followup role: get, create and patch agentruns, get devicerigs, get and delete cronjobs, create events)"),
-		agentJobTTL:     fs.Duration("agent-job-ttl", followup.DefaultAgentJobTTL, "how long an agent's periodic job makes runs after the session that created it; then its CronJob is deleted at its next firing"),
-		startupTimeout:  fs.Duration("pod-startup-timeout", 5*time.Minute, "a loop pod Pending this long counts as never started (a free retry)"),
-		nodeLostGrace:   fs.Duration("node-lost-grace", 5*time.Minute, "a node NotReady this long is reported in its runs' status; their attempts still count as alive until the node reports again, is deleted, or is tainted node.kubernetes.io/out-of-service"),
-		rigNotReady:     fs.Duration("rig-not-ready-grace", 5*time.Minute, "a run keeps a rig that is not Ready, with no attempt on it, this long; then it gives the rig back and queues again"),
-		attemptBackoff:  fs.Duration("attempt-backoff", 10*time.Second, "the wait before a fresh attempt after the first ended STUCK, doubled for each attempt after, at most 5m"),
-		probeInterval:   fs.Duration("rig-probe-interval", 15*time.Second, "how often each rig's health route is asked"),
-		probeTimeout:    fs.Duration("rig-probe-timeout", 3*time.Second, "how long one rig health probe may take"),
-		runWorkers:      fs.Int("agentrun-workers", 8, "concurrent AgentRun reconciles"),
-		traceURL:        fs.String("trace-url", "", "the trace server's URL, as loop pods reach it (e.g. http://clawfarm-server.clawfarm-system.svc:8080); empty: traces stay on the rigs' nodes"),
-		traceAudience:   fs.String("trace-audience", contract.DefaultTraceAudience, "audience of the token projected into loop pods for the trace server"),
-		traceKeep:       fs.Int("rig-trace-keep", 20, "attempts whose trace each rig's state directory keeps; older ones are pruned"),
-		rigWorkers:      fs.Int("devicerig-workers", 4, "concurrent DeviceRig reconciles (probes run inside them)"),
-		loopResources:   &jsonFlag[corev1.ResourceRequirements]{check: checkResources},
-		fuResources:     &jsonFlag[corev1.ResourceRequirements]{check: checkResources},
-		loopSecurity:    &jsonFlag[corev1.SecurityContext]{check: checkSecurityContext},
-		fuSecurity:      &jsonFlag[corev1.SecurityContext]{check: checkSecurityContext},
-		loopPodSecurity: &jsonFlag[corev1.PodSecurityContext]{check: checkPodSecurityContext},
-		fuPodSecurity:   &jsonFlag[corev1.PodSecurityContext]{check: checkPodSecurityContext},
-		zap:             &zap.Options{},
+		metricsAddr:      fs.String("metrics-bind-address", ":8080", "address the metrics endpoint binds to; 0 disables it"),
+		probeAddr:        fs.String("health-probe-bind-address", ":8081", "address the health probes bind to"),
+		leaderElect:      fs.Bool("leader-elect", false, "enable leader election (use it with more than one replica)"),
+		leaderNamespace:  fs.String("leader-election-namespace", "", "namespace of the leader-election Lease (default: the pod's)"),
+		leaseDuration:    fs.Duration("leader-elect-lease-duration", 15*time.Second, "how long a standby waits, after the leader stops renewing, before it takes over"),
+		renewDeadline:    fs.Duration("leader-elect-renew-deadline", 10*time.Second, "how long the leader keeps trying to renew before it gives up leading"),
+		retryPeriod:      fs.Duration("leader-elect-retry-period", 2*time.Second, "how often leader-election clients try to acquire or renew"),
+		loopImage:        fs.String("loop-image", "ghcr.io/clawfarm/loop:latest", "default image of loop pods"),
+		loopSA:           fs.String("loop-service-account", "clawfarm-loop", "default service account of loop pods (needs patch on agentruns/status)"),
+		pullPolicy:       fs.String("image-pull-policy", "IfNotPresent", "image pull policy of loop pods and follow-up Jobs"),
+		managerImage:     fs.String("manager-image", "ghcr.io/clawfarm/manager:latest", "image that runs `manager followup` in follow-up Jobs"),
+		followupSA:       fs.String("followup-service-account", "clawfarm-followup", "service account of follow-up Jobs (the clawfarm-followup role: get, create and patch agentruns, get devicerigs, get and delete cronjobs, create events)"),
+		agentJobTTL:      fs.Duration("agent-job-ttl", followup.DefaultAgentJobTTL, "how long an agent's periodic job makes runs after the session that created it; then its CronJob is deleted at its next firing"),
+		startupTimeout:   fs.Duration("pod-startup-timeout", 5*time.Minute, "a loop pod Pending this long counts as never started (a free retry)"),
+		nodeLostGrace:    fs.Duration("node-lost-grace", 5*time.Minute, "a node NotReady this long is reported in its runs' status; their attempts still count as alive until the node reports again, is deleted, or is tainted node.kubernetes.io/out-of-service"),
+		rigNotReady:      fs.Duration("rig-not-ready-grace", 5*time.Minute, "a run keeps a rig that is not Ready, with no attempt on it, this long; then it gives the rig back and queues again"),
+		attemptBackoff:   fs.Duration("attempt-backoff", 10*time.Second, "the wait before a fresh attempt after the first ended STUCK, doubled for each attempt after, at most 5m"),
+		probeInterval:    fs.Duration("rig-probe-interval", 15*time.Second, "how often each rig's health route is asked"),
+		probeTimeout:     fs.Duration("rig-probe-timeout", 3*time.Second, "how long one rig health probe may take"),
+		runWorkers:       fs.Int("agentrun-workers", 8, "concurrent AgentRun reconciles"),
+		traceURL:         fs.String("trace-url", "", "the trace server's URL, as loop pods reach it (e.g. http://clawfarm-server.clawfarm-system.svc:8080); empty: traces stay on the rigs' nodes"),
+		traceAudience:    fs.String("trace-audience", contract.DefaultTraceAudience, "audience of the token projected into loop pods for the trace server"),
+		traceKeep:        fs.Int("rig-trace-keep", 20, "attempts whose trace each rig's state directory keeps; older ones are pruned"),
+		pricingConfigMap: fs.String("pricing-configmap", "", "namespace/name of the ConfigMap whose key prices.yaml maps model names to prices in USD per million tokens ({input, cachedInput, cacheWrite, output}); it prices the runs without spec.model.pricing. Empty: none"),
+		rigWorkers:       fs.Int("devicerig-workers", 4, "concurrent DeviceRig reconciles (probes run inside them)"),
+		loopResources:    &jsonFlag[corev1.ResourceRequirements]{check: checkResources},
+		fuResources:      &jsonFlag[corev1.ResourceRequirements]{check: checkResources},
+		loopSecurity:     &jsonFlag[corev1.SecurityContext]{check: checkSecurityContext},
+		fuSecurity:       &jsonFlag[corev1.SecurityContext]{check: checkSecurityContext},
+		loopPodSecurity:  &jsonFlag[corev1.PodSecurityContext]{check: checkPodSecurityContext},
+		fuPodSecurity:    &jsonFlag[corev1.PodSecurityContext]{check: checkPodSecurityContext},
+		zap:              &zap.Options{},
 	}
 	fs.Var(f.loopResources, "loop-resources", `resources of the loop container, the JSON of a core/v1 ResourceRequirements (e.g. {"requests":{"cpu":"250m","memory":"256Mi"}}); a run's spec.pod.resources replaces it`)
 	fs.Var(f.loopSecurity, "loop-security-context", "securityContext of the loop container, the JSON of a core/v1 SecurityContext")
@@ -134,12 +139,30 @@ func (f *managerFlags) parse(args []string) error {
 			return err
 		}
 	}
+	if _, err := f.pricingList(); err != nil {
+		fmt.Fprintln(f.fs.Output(), err)
+		return err
+	}
 	if *f.traceKeep < 1 {
 		err := fmt.Errorf("invalid value %d for flag -rig-trace-keep: want at least 1", *f.traceKeep)
 		fmt.Fprintln(f.fs.Output(), err)
 		return err
 	}
 	return nil
+}
+
+// pricingList is the price list ConfigMap --pricing-configmap names (an
+// empty name: none).
+func (f *managerFlags) pricingList() (types.NamespacedName, error) {
+	v := *f.pricingConfigMap
+	if v == "" {
+		return types.NamespacedName{}, nil
+	}
+	ns, name, ok := strings.Cut(v, "/")
+	if !ok || len(validation.IsDNS1123Label(ns)) > 0 || len(validation.IsDNS1123Subdomain(name)) > 0 {
+		return types.NamespacedName{}, fmt.Errorf("invalid value %q for flag -pricing-configmap: want namespace/name of a ConfigMap", v)
+	}
+	return types.NamespacedName{Namespace: ns, Name: name}, nil
 }
 
 // podDefaults are what the flags say of the pods the manager creates: loop
@@ -162,6 +185,7 @@ func runManager(args []string) int {
 		return 2
 	}
 	loop, fu := f.podDefaults()
+	prices, _ := f.pricingList() // checked by parse
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(f.zap)))
 	log := ctrl.Log.WithName("setup")
 
@@ -186,6 +210,7 @@ func runManager(args []string) int {
 		StartupTimeout: *f.startupTimeout, NodeLostGrace: *f.nodeLostGrace, AttemptBackoff: *f.attemptBackoff, RigNotReadyGrace: *f.rigNotReady,
 		ProbeInterval: *f.probeInterval, ProbeTimeout: *f.probeTimeout,
 		RunWorkers: *f.runWorkers, RigWorkers: *f.rigWorkers,
+		PricingConfigMap: prices,
 	}); err != nil {
 		log.Error(err, "cannot set up the controllers")
 		return 1
@@ -216,13 +241,16 @@ type Settings struct {
 	RigNotReadyGrace            time.Duration
 	ProbeInterval, ProbeTimeout time.Duration
 	RunWorkers, RigWorkers      int
+	// PricingConfigMap holds the manager's price list (empty: none).
+	PricingConfigMap types.NamespacedName
 }
 
 func setup(mgr ctrl.Manager, s Settings) error {
 	if err := (&agentrun.Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("agentrun-controller"),
 		Config: agentrun.Config{Loop: s.Loop, FollowUp: s.FollowUp, StartupTimeout: s.StartupTimeout,
-			NodeLostGrace: s.NodeLostGrace, AttemptBackoff: s.AttemptBackoff, RigNotReadyGrace: s.RigNotReadyGrace, MaxConcurrentReconciles: s.RunWorkers},
+			NodeLostGrace: s.NodeLostGrace, AttemptBackoff: s.AttemptBackoff, RigNotReadyGrace: s.RigNotReadyGrace, MaxConcurrentReconciles: s.RunWorkers,
+			PricingConfigMap: s.PricingConfigMap},
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("agentrun controller: %w", err)
 	}

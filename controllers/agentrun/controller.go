@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -55,6 +56,10 @@ type Config struct {
 	// no attempt running on it, before it gives the rig back and queues
 	// again (default 5 min).
 	RigNotReadyGrace time.Duration
+	// PricingConfigMap names the ConfigMap holding the manager's price list
+	// (key prices.yaml), which prices the runs without spec.model.pricing;
+	// empty: none.
+	PricingConfigMap types.NamespacedName
 	// MaxConcurrentReconciles of the controller.
 	MaxConcurrentReconciles int
 }
@@ -197,6 +202,10 @@ type step struct {
 	live    []*corev1.Pod // pods whose loop may still be running
 	heldRig string        // the rig whose Lease the run holds ("" for none)
 	rig     *farmv1.DeviceRig
+
+	// written holds what is counted once the status that records it is
+	// written: a write lost to a conflict is recorded, and counted, again.
+	written []func()
 
 	wakeAt time.Time
 	// unreachable says, when set, that a live pod's node has not reported for

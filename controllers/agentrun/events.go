@@ -94,6 +94,10 @@ func (r recorder) stalled(run *farmv1.AgentRun, pod *corev1.Pod, why string) {
 	r.warning(run, pod, farmv1.ReasonStalled, "DeletePod", "stopping pod %s: %s", pod.Name, why)
 }
 
+func (r recorder) pricingInvalid(run *farmv1.AgentRun, pod string, err error) {
+	r.warning(run, nil, farmv1.EventPricingInvalid, "PriceAttempt", "the cost of pod %s is left empty: %v", pod, err)
+}
+
 func (r recorder) followUpRenamed(run *farmv1.AgentRun, planned, name string) {
 	r.warning(run, nil, farmv1.EventFollowUpRenamed, "ScheduleFollowUp",
 		"AgentRun %s was made for another run named %s (an earlier run of this name); this run's follow-up is %s",

@@ -13,7 +13,8 @@ import (
 )
 
 // Every metric of the AgentRun controller, declared once. Labels are low
-// cardinality: phases, sentinels and outcome classes, never names.
+// cardinality: phases, sentinels and outcome classes, never a run's or a
+// pod's name; the token and cost counters add the namespace and the model.
 var (
 	runsFinished = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "clawfarm_agentruns_finished_total",
@@ -23,6 +24,14 @@ var (
 		Name: "clawfarm_attempts_total",
 		Help: "Attempt pods whose outcome was recorded, by outcome class.",
 	}, []string{"outcome"})
+	tokensTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "clawfarm_tokens_total",
+		Help: "Tokens of recorded attempts, by namespace, model and kind: input (uncached), cached_input, cache_write, output.",
+	}, []string{"namespace", "model", "kind"})
+	costTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "clawfarm_cost_usd_total",
+		Help: "What recorded attempts cost in USD, by namespace and model (priced attempts only).",
+	}, []string{"namespace", "model"})
 	queueWait = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "clawfarm_queue_wait_seconds",
 		Help:    "Time from an AgentRun's creation to its rig lease.",
@@ -36,7 +45,7 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(runsFinished, attemptsEnded, queueWait, timeToPod)
+	metrics.Registry.MustRegister(runsFinished, attemptsEnded, tokensTotal, costTotal, queueWait, timeToPod)
 }
 
 // RunPhaseCollector reports runs by phase and leases held, read from the

@@ -76,6 +76,10 @@ func (s *step) recordEnded(ctx context.Context) error {
 		if err := s.writeStatus(ctx); err != nil {
 			return err
 		}
+		for _, count := range s.written {
+			count()
+		}
+		s.written = nil
 	}
 	for _, e := range done {
 		if err := s.letGo(ctx, e); err != nil {
@@ -90,6 +94,7 @@ func (s *step) recordEnded(ctx context.Context) error {
 func (s *step) record(ctx context.Context, pod *corev1.Pod, o attempt.Outcome) {
 	n, retry := podAttempt(pod)
 	rec := attempt.Record(pod, n, retry, o, s.now)
+	cost := s.priceAttempt(ctx, &rec)
 	if o.Mismatch {
 		s.ev.mismatch(s.run, pod, o.Explanation)
 	}
@@ -110,7 +115,11 @@ func (s *step) record(ctx context.Context, pod *corev1.Pod, o attempt.Outcome) {
 		t := metav1.NewTime(s.now.Add(attempt.Backoff(rec.Attempt, s.r.Config.attemptBackoff())))
 		s.run.Status.NextAttemptTime = &t
 	}
-	attemptsEnded.WithLabelValues(rec.Outcome).Inc()
+	run := s.run
+	s.written = append(s.written, func() {
+		attemptsEnded.WithLabelValues(rec.Outcome).Inc()
+		countUsage(run, rec.Usage, cost)
+	})
 }
 
 // letGo lets a recorded pod go: the finalizer is removed, and a pod that will

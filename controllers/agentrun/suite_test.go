@@ -61,6 +61,10 @@ func TestMain(m *testing.M) {
 	kubelet = &fakekubelet.Kubelet{Client: k8s, Script: scripts.run}
 	go kubelet.Run(ctx)
 	finished = watchFinished()
+	if err := makePriceList(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	stopMgr, mgrDone = startManager()
 	code := m.Run()
 	stopMgr()
@@ -103,6 +107,7 @@ func startManager() (context.CancelFunc, chan struct{}) {
 			Loop:           attempt.Defaults{Image: "loop:test", ServiceAccountName: "clawfarm-loop"},
 			FollowUp:       followUpDefaults,
 			StartupTimeout: 3 * time.Second, NodeLostGrace: time.Second, AttemptBackoff: 2 * time.Second, RigNotReadyGrace: 3 * time.Second, ConfigErrorGrace: time.Second, MaxConcurrentReconciles: 4,
+			PricingConfigMap: priceList,
 		},
 	}).SetupWithManager(mgr); err != nil {
 		panic(err)

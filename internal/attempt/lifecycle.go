@@ -5,6 +5,7 @@ import (
 	"time"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/internal/pricing"
 )
 
 // MaxHistory bounds status.attempts (the CRD says 100; older records are dropped first).
@@ -59,6 +60,16 @@ func Apply(run *farmv1.AgentRun, rec farmv1.AttemptRecord, o Outcome) Verdict {
 		st.Usage.PromptTokens += u.PromptTokens
 		st.Usage.CompletionTokens += u.CompletionTokens
 		st.Usage.CachedTokens += u.CachedTokens
+		st.Usage.CacheWriteTokens += u.CacheWriteTokens
+		if u.Cost != "" {
+			// The run's cost is the sum of its attempts'; a total that does
+			// not parse (written by hand) starts again from this attempt.
+			if sum, err := pricing.Sum(st.Usage.Cost, u.Cost); err == nil {
+				st.Usage.Cost = sum
+			} else {
+				st.Usage.Cost = u.Cost
+			}
+		}
 	}
 	lim := run.Spec.Limits
 	switch o.Class {

@@ -78,3 +78,16 @@ imagePullSecrets:
 {{- toYaml (list .Release.Namespace) -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+The price list ConfigMap the manager reads (--pricing-configmap), as
+namespace/name: the chart's own when pricing.prices is set, else
+pricing.configMap; empty for none.
+*/}}
+{{- define "clawfarm.pricingConfigMap" -}}
+{{- if .Values.pricing.prices -}}
+{{- printf "%s/%s-pricing" .Release.Namespace (include "clawfarm.fullname" .) -}}
+{{- else -}}
+{{- .Values.pricing.configMap -}}
+{{- end -}}
+{{- end -}}
