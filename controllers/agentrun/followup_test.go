@@ -396,3 +396,35 @@ func TestFollowUpJobRefusesAGoneOrNewParent(t *testing.T) {
 	}
 	waitPhase(t, ns, "ask", farmv1.RunCancelled)
 }
+
+// A WAIT's follow-up fires after the agent's delay; without one (the loop
+// reports afterMinutes 0) after the run's spec.followUp.defaultDelayMinutes.
+func TestWaitDelayIsTheAgentsElseTheRunsDefault(t *testing.T) {
+	t.Parallel()
+	ns := namespace(t)
+	for _, c := range []struct {
+		name  string
+		after int
+	}{{"no-delay", 0}, {"own-delay", 20}} {
+		makeRig(t, ns, "rig-"+c.name, nil)
+		m := contract.TerminationMessage{Sentinel: contract.Wait, Retryable: true, Recap: "waiting for a reply", ExitReason: contract.ReasonEndTurn,
+			FollowUp: &contract.FollowUp{AfterMinutes: c.after, Context: "read the reply"}}
+		b, _ := m.Encode()
+		scripts.set(ns, c.name, byPod(nil, fakekubelet.Ending{After: 50 * time.Millisecond, ExitCode: 10, Message: string(b)}))
+		run := newRun(ns, c.name, "rig-"+c.name)
+		run.Spec.FollowUp.DefaultDelayMinutes = 45
+		create(t, run)
+	}
+	for _, c := range []struct {
+		name string
+		want time.Duration
+	}{{"no-delay", 45 * time.Minute}, {"own-delay", 20 * time.Minute}} {
+		run := waitRun(t, ns, c.name, func(r *farmv1.AgentRun) bool {
+			return r.Status.Phase == farmv1.RunWaiting && r.Status.FollowUp != nil && r.Status.FollowUp.FireTime != nil
+		})
+		finish := run.Status.Attempts[0].FinishTime.Time
+		if d := run.Status.FollowUp.FireTime.Sub(finish); d < c.want || d > c.want+time.Minute {
+			t.Errorf("%s: fire time %s is %s after the finish %s, want %s (rounded up to the minute)", c.name, run.Status.FollowUp.FireTime, d, finish, c.want)
+		}
+	}
+}
