@@ -2,6 +2,7 @@ package agentrun
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -147,6 +148,13 @@ func (s *step) startAttempt(ctx context.Context, leasedNow bool) (then, error) {
 	st := &s.run.Status
 	gen := s.run.Generation
 	next := attempt.Next(st)
+	if why, err := s.modelKeyRefused(ctx); err != nil {
+		return writeNow, err
+	} else if why != "" {
+		s.ev.podCreateFailed(s.run, errors.New(why))
+		s.finishWith(farmv1.RunFailed, farmv1.ReasonInvalidConfig, why)
+		return writeNow, s.releaseRig(ctx)
+	}
 	pod := attempt.BuildPod(attempt.Spec{
 		Run: s.run, Rig: s.rig, Attempt: next.Attempt, Retry: next.Retry, Resume: next.Resume, Defaults: s.r.Config.Loop,
 	})

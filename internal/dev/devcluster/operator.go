@@ -12,6 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/clawfarm/clawfarm/internal/admission"
 )
 
 // ManagerLabel selects the chart's manager pod.
@@ -166,6 +168,8 @@ func (c *Cluster) ensureModelSecret(ctx context.Context) error {
 	}
 	s := &corev1.Secret{}
 	s.Namespace, s.Name = RunNamespace, ModelSecret
+	// Only a Secret labelled as a model key may be one (docs/security.md).
+	s.Labels = map[string]string{admission.LabelModelKey: "true"}
 	s.StringData = map[string]string{"api-key": key}
 	return c.Client.Create(ctx, s)
 }
