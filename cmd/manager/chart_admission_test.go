@@ -120,7 +120,11 @@ func TestChartAdmissionValues(t *testing.T) {
 		}
 	}
 
+	if _, stderr, err := renderChartErr(t, "--set", "admission.rigs.hostPathPrefix=/home/farm/.dev/rigs"); err != nil {
+		t.Errorf("a prefix with a hidden directory is refused: %v\n%s", err, stderr)
+	}
 	for _, bad := range [][]string{
+		{"--set", "admission.rigs.hostPathPrefix=/var/lib/./rigs"},
 		{"--set", "admission.rigs.hostPathPrefix=/var/lib/../etc"},
 		{"--set", "admission.rigs.hostPathPrefix=relative/rigs"},
 		{"--set", "admission.model.baseURLPrefixes={ftp://example.org}"},
