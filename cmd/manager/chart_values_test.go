@@ -16,6 +16,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -170,9 +171,9 @@ func TestChartImagePullSecretsReachEveryPod(t *testing.T) {
 	}
 }
 
-// The chart's defaults for the pods the manager creates reach them: the
-// follow-up Jobs locked down with small requests and the chart's pull
-// policy; loop pods with no security context unless one is set.
+// The chart's defaults for the pods the manager creates reach them: loop
+// pods and follow-up Jobs locked down (attempt.RestrictedSecurityContext),
+// the follow-ups with small requests, both with the chart's pull policy.
 func TestChartPodSettingsReachTheManagersPods(t *testing.T) {
 	run := &farmv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: "farm", Name: "run", UID: "u"},
 		Spec: farmv1.AgentRunSpec{Trigger: "go", Model: farmv1.ModelSpec{Name: "m"}}}
@@ -189,8 +190,15 @@ func TestChartPodSettingsReachTheManagersPods(t *testing.T) {
 	}
 
 	pod, job := build(chartManagerFlags(t, managerDeployment(t, renderChart(t))))
-	if pod.Spec.SecurityContext != nil || pod.Spec.Containers[0].SecurityContext != nil {
-		t.Errorf("loop pods get a security context by default: %+v %+v", pod.Spec.SecurityContext, pod.Spec.Containers[0].SecurityContext)
+	for name, got := range map[string][2]any{
+		"loop container":      {pod.Spec.Containers[0].SecurityContext, attempt.RestrictedSecurityContext()},
+		"loop pod":            {pod.Spec.SecurityContext, attempt.RestrictedPodSecurityContext()},
+		"follow-up container": {job.Containers[0].SecurityContext, attempt.RestrictedSecurityContext()},
+		"follow-up pod":       {job.SecurityContext, attempt.RestrictedPodSecurityContext()},
+	} {
+		if !apiequality.Semantic.DeepEqual(got[0], got[1]) {
+			t.Errorf("%s securityContext by default %+v, want %+v", name, got[0], got[1])
+		}
 	}
 	c := job.Containers[0]
 	if c.ImagePullPolicy != corev1.PullIfNotPresent {

@@ -86,10 +86,13 @@ var followUpDefaults = followup.JobDefaults{Image: "manager:test", ServiceAccoun
 	Resources: corev1.ResourceRequirements{
 		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
 		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("128Mi")}},
-	SecurityContext: &corev1.SecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65532), AllowPrivilegeEscalation: ptr.To(false),
-		ReadOnlyRootFilesystem: ptr.To(true), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
-	PodSecurityContext: &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+	SecurityContext: attempt.RestrictedSecurityContext(), PodSecurityContext: attempt.RestrictedPodSecurityContext(),
 }
+
+// loopDefaults are the loop pods' settings, with the chart's default
+// security contexts (charts/clawfarm/values.yaml runs.loopPod).
+var loopDefaults = attempt.Defaults{Image: "loop:test", ServiceAccountName: "clawfarm-loop",
+	SecurityContext: attempt.RestrictedSecurityContext(), PodSecurityContext: attempt.RestrictedPodSecurityContext()}
 
 // startManager runs a manager with both controllers, the way cmd/manager wires them.
 func startManager() (context.CancelFunc, chan struct{}) {
@@ -104,7 +107,7 @@ func startManager() (context.CancelFunc, chan struct{}) {
 	if err := (&agentrun.Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("agentrun-controller"), Clock: clk,
 		Config: agentrun.Config{
-			Loop:           attempt.Defaults{Image: "loop:test", ServiceAccountName: "clawfarm-loop"},
+			Loop:           loopDefaults,
 			FollowUp:       followUpDefaults,
 			StartupTimeout: 3 * time.Second, NodeLostGrace: time.Second, AttemptBackoff: 2 * time.Second, RigNotReadyGrace: 3 * time.Second, ConfigErrorGrace: time.Second, MaxConcurrentReconciles: 4,
 			PricingConfigMap: priceList,
