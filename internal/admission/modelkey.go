@@ -17,6 +17,11 @@ import (
 // namespace and send it, as an API key, to the model endpoint.
 const LabelModelKey = "farm.clawfarm.dev/model-key"
 
+// LabelCustomPods on a namespace lets its runs set spec.pod.image (from an
+// allowed registry) and spec.pod.serviceAccountName; the admission policy
+// refuses both elsewhere. A cluster administrator sets it.
+const LabelCustomPods = "farm.clawfarm.dev/custom-pods"
+
 // CheckModelKeySecret reports whether a run may use secret as its model API
 // key: only a Secret labelled farm.clawfarm.dev/model-key: "true" may be.
 // The error says what to change; the run fails InvalidConfig with it.

@@ -63,7 +63,7 @@ func TestMissingImageFailsInvalidConfig(t *testing.T) {
 
 	// An image from outside the nodes' --allowed-images is refused by the
 	// node before any pull, and fails the run the same way.
-	other := "example.com/clawfarm/loop:v0"
+	other := devcluster.ForeignImagePrefix + "loop:v0"
 	run = newRun("e2e-foreign-image", rigBadImage, "timer", "Set a 5 minute timer in the Clock app and start it.")
 	run.Spec.Pod = &farmv1.PodOverrides{Image: other}
 	create(t, run)

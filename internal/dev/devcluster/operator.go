@@ -2,6 +2,7 @@ package devcluster
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,8 +12,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/internal/admission"
 )
 
@@ -79,6 +82,9 @@ subjects:
 	if err := c.ensureModelSecret(ctx); err != nil {
 		return err
 	}
+	if err := c.waitAdmission(ctx); err != nil {
+		return err
+	}
 	if c.Manager == ManagerHost {
 		if err := c.StartHostManager(ctx); err != nil {
 			return err
@@ -88,6 +94,40 @@ subjects:
 	}
 	return waitFor(ctx, "the trace server", 2*time.Minute, nil, func() error {
 		return httpOK(ctx, httpClient, c.TraceServerURL()+"/healthz")
+	})
+}
+
+// ForeignImagePrefix is an image prefix outside the dev registry that the
+// admission policy lets through in RunNamespace, so the e2e suite can show
+// a node refusing an image from outside its --allowed-images.
+const ForeignImagePrefix = "example.com/clawfarm/"
+
+// waitAdmission labels RunNamespace for custom loop pods and waits until
+// the admission policies are in force: a policy binding takes effect a
+// moment after it is created, and until its parameters are seen the
+// AgentRun policy refuses every run. A run with a foreign model URL must be
+// refused and one on modelsim admitted (server-side dry runs).
+func (c *Cluster) waitAdmission(ctx context.Context) error {
+	var ns corev1.Namespace
+	if err := c.Client.Get(ctx, client.ObjectKey{Name: RunNamespace}, &ns); err != nil {
+		return err
+	}
+	patch := client.MergeFrom(ns.DeepCopy())
+	metav1.SetMetaDataLabel(&ns.ObjectMeta, admission.LabelCustomPods, "true")
+	if err := c.Client.Patch(ctx, &ns, patch); err != nil {
+		return err
+	}
+	run := func(name, baseURL string) *farmv1.AgentRun {
+		return &farmv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: RunNamespace, Name: name},
+			Spec: farmv1.AgentRunSpec{RigRef: &farmv1.RigReference{Name: "rig-0"}, Trigger: "admission check",
+				Model: farmv1.ModelSpec{Provider: "openai-compatible", Name: "sim/timer", BaseURL: baseURL}}}
+	}
+	return waitFor(ctx, "the admission policies", time.Minute, nil, func() error {
+		err := c.Client.Create(ctx, run("admission-check-foreign", "https://exfil.example.org/v1"), client.DryRunAll)
+		if err == nil || !strings.Contains(err.Error(), "is not an allowed model endpoint") {
+			return fmt.Errorf("a run with a foreign model URL: %v, want refused", err)
+		}
+		return c.Client.Create(ctx, run("admission-check", c.ModelBaseURL()), client.DryRunAll)
 	})
 }
 
@@ -126,11 +166,23 @@ func (c *Cluster) renderChart(ctx context.Context) (string, error) {
 		"--set", "runs.namespaces={" + RunNamespace + "}",
 		"--set", "runs.podStartupTimeout=2m",
 		"--set", "runs.nodeLostGrace=2m",
-		// The admission policies' defaults (docs/security.md) refuse what a
-		// dev cluster is made of: modelsim on a loopback URL, rigs' state
-		// under the cluster's directory, the e2e suite's foreign images.
-		"--set", "admission.enabled=false",
 	}
+	// The admission policies (docs/security.md), told what a dev cluster is
+	// made of: modelsim on a loopback URL (and a real provider's, when one
+	// is configured), rigs' state under the cluster's directory, the
+	// registry's images and the foreign one the e2e suite shows a node
+	// refusing (RunNamespace is labelled for custom loop pods).
+	urls := []string{c.ModelBaseURL()}
+	if p, err := ProviderFromEnv(); err == nil && p.BaseURL != "" {
+		urls = append(urls, p.BaseURL)
+	}
+	setJSON := func(key string, v any) {
+		b, _ := json.Marshal(v)
+		args = append(args, "--set-json", key+"="+string(b))
+	}
+	setJSON("admission.model.baseURLPrefixes", urls)
+	setJSON("admission.pods.imagePrefixes", []string{c.RegistryHost() + "/", ForeignImagePrefix})
+	setJSON("admission.rigs.hostPathPrefix", filepath.Join(c.Dir, "rigs")+"/")
 	cmd := exec.CommandContext(ctx, helm, args...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
