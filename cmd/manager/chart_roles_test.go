@@ -45,6 +45,7 @@ func TestChartUserRolesAreConfigRBAC(t *testing.T) {
 		{"rig_admin_role.yaml", "clawfarm-rig-admin", nil},
 		{"run_editor_role.yaml", "clawfarm-run-editor", []string{"admin", "edit"}},
 		{"run_viewer_role.yaml", "clawfarm-run-viewer", []string{"view"}},
+		{"metrics_reader_role.yaml", "clawfarm-metrics-reader", nil},
 	} {
 		b, err := os.ReadFile(filepath.Join("../../config/rbac", c.file))
 		if err != nil {

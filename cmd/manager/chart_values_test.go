@@ -310,6 +310,19 @@ func TestChartServiceMonitor(t *testing.T) {
 	if dig(ep, "interval") != "15s" || dig(ep, "port") != "metrics" {
 		t.Errorf("endpoint %v", ep)
 	}
+	// The endpoint is HTTPS and wants Prometheus's token, as the manager is told.
+	if dig(ep, "scheme") != "https" || dig(ep, "bearerTokenFile") == nil || !*chartManagerFlags(t, managerDeployment(t, objs)).metricsSecure {
+		t.Errorf("endpoint %v, want https with a bearer token, to a manager with --metrics-secure", ep)
+	}
+	plain := renderChart(t, "--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.secure=false")
+	for _, o := range plain {
+		if o["kind"] == "ServiceMonitor" && dig(o, "spec", "endpoints").([]any)[0].(map[string]any)["scheme"] != nil {
+			t.Errorf("metrics.secure=false still scrapes %v", dig(o, "spec", "endpoints"))
+		}
+	}
+	if *chartManagerFlags(t, managerDeployment(t, plain)).metricsSecure {
+		t.Error("metrics.secure=false: the manager still serves HTTPS")
+	}
 	svc := find(objs, "Service", "farm", "t-clawfarm-metrics")
 	svcLabels := dig(svc, "metadata", "labels").(map[string]any)
 	for k, v := range dig(sm, "spec", "selector", "matchLabels").(map[string]any) {

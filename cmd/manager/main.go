@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -23,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
@@ -52,6 +54,8 @@ func newScheme() *runtime.Scheme {
 type managerFlags struct {
 	fs                             *flag.FlagSet
 	metricsAddr, probeAddr         *string
+	metricsSecure                  *bool
+	metricsCertDir                 *string
 	leaderElect                    *bool
 	leaderNamespace                *string
 	leaseDuration, renewDeadline   *time.Duration
@@ -76,6 +80,8 @@ func newManagerFlags() *managerFlags {
 	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
 	f := &managerFlags{fs: fs,
 		metricsAddr:      fs.String("metrics-bind-address", ":8080", "address the metrics endpoint binds to; 0 disables it"),
+		metricsSecure:    fs.Bool("metrics-secure", true, "serve metrics over HTTPS to callers whose token may get /metrics (a TokenReview and a SubjectAccessReview per caller); false: plain HTTP to anyone"),
+		metricsCertDir:   fs.String("metrics-cert-dir", "", "directory with the metrics endpoint's tls.crt and tls.key; empty: a self-signed certificate"),
 		probeAddr:        fs.String("health-probe-bind-address", ":8081", "address the health probes bind to"),
 		leaderElect:      fs.Bool("leader-elect", false, "enable leader election (use it with more than one replica)"),
 		leaderNamespace:  fs.String("leader-election-namespace", "", "namespace of the leader-election Lease (default: the pod's)"),
@@ -191,7 +197,7 @@ func runManager(args []string) int {
 
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                  newScheme(),
-		Metrics:                 metricsserver.Options{BindAddress: *f.metricsAddr},
+		Metrics:                 f.metricsOptions(),
 		HealthProbeBindAddress:  *f.probeAddr,
 		LeaderElection:          *f.leaderElect,
 		LeaderElectionID:        "clawfarm-manager.farm.clawfarm.dev",
@@ -311,4 +317,20 @@ func must(err error) {
 	if err != nil {
 		panic(err)
 	}
+}
+
+// metricsOptions serves the metrics endpoint as kubebuilder's secure
+// scaffold does: HTTPS, each caller's token reviewed and its right to get
+// /metrics checked by the API server (the chart's metrics-reader role
+// grants it), and HTTP/2 off (its rapid-reset and stream attacks).
+func (f *managerFlags) metricsOptions() metricsserver.Options {
+	o := metricsserver.Options{BindAddress: *f.metricsAddr}
+	if !*f.metricsSecure {
+		return o
+	}
+	o.SecureServing = true
+	o.FilterProvider = filters.WithAuthenticationAndAuthorization
+	o.CertDir = *f.metricsCertDir
+	o.TLSOpts = []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }}
+	return o
 }
