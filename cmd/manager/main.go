@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -56,6 +57,7 @@ type managerFlags struct {
 	metricsAddr, probeAddr         *string
 	metricsSecure                  *bool
 	metricsCertDir                 *string
+	watchNamespaces                *string
 	leaderElect                    *bool
 	leaderNamespace                *string
 	leaseDuration, renewDeadline   *time.Duration
@@ -82,6 +84,7 @@ func newManagerFlags() *managerFlags {
 		metricsAddr:      fs.String("metrics-bind-address", ":8080", "address the metrics endpoint binds to; 0 disables it"),
 		metricsSecure:    fs.Bool("metrics-secure", true, "serve metrics over HTTPS to callers whose token may get /metrics (a TokenReview and a SubjectAccessReview per caller); false: plain HTTP to anyone"),
 		metricsCertDir:   fs.String("metrics-cert-dir", "", "directory with the metrics endpoint's tls.crt and tls.key; empty: a self-signed certificate"),
+		watchNamespaces:  fs.String("watch-namespaces", "", "comma-separated namespaces whose AgentRuns, DeviceRigs, pods, Leases and CronJobs the manager watches and caches (the run namespaces); empty: every namespace"),
 		probeAddr:        fs.String("health-probe-bind-address", ":8081", "address the health probes bind to"),
 		leaderElect:      fs.Bool("leader-elect", false, "enable leader election (use it with more than one replica)"),
 		leaderNamespace:  fs.String("leader-election-namespace", "", "namespace of the leader-election Lease (default: the pod's)"),
@@ -145,6 +148,13 @@ func (f *managerFlags) parse(args []string) error {
 			return err
 		}
 	}
+	for _, ns := range contract.SplitList(*f.watchNamespaces) {
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			err := fmt.Errorf("invalid value %q for flag -watch-namespaces: %q is not a namespace name: %s", *f.watchNamespaces, ns, strings.Join(errs, "; "))
+			fmt.Fprintln(f.fs.Output(), err)
+			return err
+		}
+	}
 	if _, err := f.pricingList(); err != nil {
 		fmt.Fprintln(f.fs.Output(), err)
 		return err
@@ -198,6 +208,7 @@ func runManager(args []string) int {
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                  newScheme(),
 		Metrics:                 f.metricsOptions(),
+		Cache:                   f.cacheOptions(),
 		HealthProbeBindAddress:  *f.probeAddr,
 		LeaderElection:          *f.leaderElect,
 		LeaderElectionID:        "clawfarm-manager.farm.clawfarm.dev",
@@ -333,4 +344,10 @@ func (f *managerFlags) metricsOptions() metricsserver.Options {
 	o.CertDir = *f.metricsCertDir
 	o.TLSOpts = []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }}
 	return o
+}
+
+// cacheOptions is the manager's cache: the run namespaces with
+// --watch-namespaces, and only the objects the operator labels.
+func (f *managerFlags) cacheOptions() cache.Options {
+	return agentrun.CacheOptions(contract.SplitList(*f.watchNamespaces))
 }

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/clawfarm/clawfarm/controllers/agentrun"
 	"github.com/clawfarm/clawfarm/controllers/devicerig"
 	"github.com/clawfarm/clawfarm/internal/testing/testenv"
 )
@@ -30,6 +31,7 @@ func TestMain(m *testing.M) {
 		Scheme:     env.Scheme,
 		Metrics:    metricsserver.Options{BindAddress: "0"},
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+		Cache:      agentrun.CacheOptions(nil), // the manager's: only the objects the operator labels
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -80,6 +80,13 @@ imagePullSecrets:
 {{- end -}}
 
 {{/*
+The namespaces the manager acts in: the run namespaces and its own.
+*/}}
+{{- define "clawfarm.managerNamespaces" -}}
+{{- toYaml (append (include "clawfarm.runNamespaces" . | fromYamlArray) .Release.Namespace | uniq) -}}
+{{- end -}}
+
+{{/*
 The price list ConfigMap the manager reads (--pricing-configmap), as
 namespace/name: the chart's own when pricing.prices is set, else
 pricing.configMap; empty for none.

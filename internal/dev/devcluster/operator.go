@@ -238,6 +238,7 @@ func (c *Cluster) managerArgs() []string {
 		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", p.ManagerProbes),
 		"--loop-image=" + c.Image("loop"), "--manager-image=" + c.Image("manager"),
 		"--loop-service-account=clawfarm-loop", "--followup-service-account=clawfarm-followup",
+		"--watch-namespaces=" + RunNamespace,
 		"--rig-probe-interval=" + c.RigProbeInterval.String(),
 		"--pod-startup-timeout=2m", "--node-lost-grace=2m",
 		"--trace-url=" + c.TraceServerURL(),
