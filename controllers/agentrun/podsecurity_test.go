@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -32,16 +33,13 @@ func TestLoopPodsMeetRestrictedOnAPVC(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	makeRig(t, ns, "pvc", nil)
-	var rig farmv1.DeviceRig
-	if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "pvc"}, &rig); err != nil {
-		t.Fatal(err)
-	}
-	rp := client.MergeFrom(rig.DeepCopy())
-	rig.Spec.StateVolume = farmv1.StateVolume{PersistentVolumeClaim: "rig-state"}
-	if err := k8s.Patch(ctx, &rig, rp); err != nil {
-		t.Fatal(err)
-	}
+	// A rig whose state is a PVC from the start: a rig patched to one could
+	// still be read from the cache with its hostPath.
+	rig := &farmv1.DeviceRig{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pvc"},
+		Spec: farmv1.DeviceRigSpec{NodeName: env.MakeNode(t, ns+"-pvc"), StateVolume: farmv1.StateVolume{PersistentVolumeClaim: "rig-state"},
+			Endpoint: farmv1.RigEndpoint{URL: env.Health.URL + "/rigs/" + ns + "-pvc/mcp", HealthURL: env.Health.URL + "/rigs/" + ns + "-pvc/api/status"}}}
+	create(t, rig)
+	waitRig(t, ns, "pvc", func(r *farmv1.DeviceRig) bool { return r.Status.Phase == farmv1.RigReady })
 	scripts.set(ns, "on-pvc", byPod(nil, fakekubelet.Ending{Hang: true}))
 	create(t, newRun(ns, "on-pvc", "pvc"))
 	waitPhase(t, ns, "on-pvc", farmv1.RunRunning)
