@@ -77,6 +77,13 @@ type ModelSpec struct {
 	// +kubebuilder:validation:Maximum=10000000
 	ContextWindow int32 `json:"contextWindow,omitempty"`
 
+	// MaxOutputTokens bounds each reply. Unset: the provider preset's. The
+	// preflight keeps it free in the context window, with room for a fold.
+	// +kubebuilder:validation:Minimum=256
+	// +kubebuilder:validation:Maximum=200000
+	// +optional
+	MaxOutputTokens int32 `json:"maxOutputTokens,omitempty"`
+
 	// ThinkingBudgetTokens turns on Claude's extended thinking with this many
 	// tokens per turn (anthropic only); the thinking blocks stay in the
 	// transcript, as tool use with thinking requires.
@@ -287,6 +294,16 @@ type FollowUpPolicy struct {
 	DefaultDelayMinutes int32 `json:"defaultDelayMinutes,omitempty"`
 }
 
+// BootstrapSource is a ConfigMap of context files for the system prompt:
+// each key is a file, in key order, at most 16 KiB each and 64 KiB for all
+// the files of a run together.
+type BootstrapSource struct {
+	// ConfigMapName names a ConfigMap in the run's namespace.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	ConfigMapName string `json:"configMapName"`
+}
+
 // SkillSource is a ConfigMap of skills (folders with SKILL.md) mounted into the loop pod.
 type SkillSource struct {
 	// ConfigMapName names a ConfigMap in the run's namespace.
@@ -347,6 +364,17 @@ type AgentRunSpec struct {
 	// +kubebuilder:validation:MaxItems=16
 	// +optional
 	Skills []SkillSource `json:"skills,omitempty"`
+
+	// Bootstrap are ConfigMaps of context files for this run's system prompt
+	// ("how our phones are set up"), after the rig's.
+	// +kubebuilder:validation:MaxItems=8
+	// +optional
+	Bootstrap []BootstrapSource `json:"bootstrap,omitempty"`
+
+	// SystemPromptAppend is appended to the system prompt, last.
+	// +kubebuilder:validation:MaxLength=16384
+	// +optional
+	SystemPromptAppend string `json:"systemPromptAppend,omitempty"`
 
 	// DenyTools are tools the loop's policy blocks for this run.
 	// +kubebuilder:validation:MaxItems=32
@@ -464,6 +492,11 @@ type AttemptRecord struct {
 	// Usage is the attempt's token usage.
 	// +optional
 	Usage *TokenUsage `json:"usage,omitempty"`
+	// SystemPromptSHA256 is the hash of the system prompt the attempt's model
+	// saw; the prompt itself is in the attempt's trace.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	SystemPromptSHA256 string `json:"systemPromptSHA256,omitempty"`
 }
 
 // RunProgress is the live progress the loop patches while it runs.
@@ -601,7 +634,7 @@ const MaxNameLength = 48
 // +kubebuilder:printcolumn:name="Cost",type=string,JSONPath=`.status.usage.cost`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 48",message="metadata.name must be at most 48 characters: attempt pods (<name>-a<N>-r<M>), the follow-up CronJob (<name>-fu) and its Jobs add suffixes to it; choose a shorter name (follow-up runs <name>-f<N> are shortened with a hash to fit)"
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.phase) || oldSelf.status.phase == 'Pending' || (self.spec.trigger == oldSelf.spec.trigger && self.spec.model == oldSelf.spec.model && self.spec.limits == oldSelf.spec.limits && self.spec.followUp == oldSelf.spec.followUp && has(self.spec.rigRef) == has(oldSelf.spec.rigRef) && (!has(self.spec.rigRef) || self.spec.rigRef == oldSelf.spec.rigRef) && has(self.spec.rigSelector) == has(oldSelf.spec.rigSelector) && (!has(self.spec.rigSelector) || self.spec.rigSelector == oldSelf.spec.rigSelector) && has(self.spec.skills) == has(oldSelf.spec.skills) && (!has(self.spec.skills) || self.spec.skills == oldSelf.spec.skills) && has(self.spec.denyTools) == has(oldSelf.spec.denyTools) && (!has(self.spec.denyTools) || self.spec.denyTools == oldSelf.spec.denyTools) && has(self.spec.pod) == has(oldSelf.spec.pod) && (!has(self.spec.pod) || self.spec.pod == oldSelf.spec.pod) && has(self.spec.ttlSecondsAfterFinished) == has(oldSelf.spec.ttlSecondsAfterFinished) && (!has(self.spec.ttlSecondsAfterFinished) || self.spec.ttlSecondsAfterFinished == oldSelf.spec.ttlSecondsAfterFinished))",message="spec is frozen once the run has started; only spec.cancel may change"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.phase) || oldSelf.status.phase == 'Pending' || (self.spec.trigger == oldSelf.spec.trigger && self.spec.model == oldSelf.spec.model && self.spec.limits == oldSelf.spec.limits && self.spec.followUp == oldSelf.spec.followUp && has(self.spec.rigRef) == has(oldSelf.spec.rigRef) && (!has(self.spec.rigRef) || self.spec.rigRef == oldSelf.spec.rigRef) && has(self.spec.rigSelector) == has(oldSelf.spec.rigSelector) && (!has(self.spec.rigSelector) || self.spec.rigSelector == oldSelf.spec.rigSelector) && has(self.spec.skills) == has(oldSelf.spec.skills) && (!has(self.spec.skills) || self.spec.skills == oldSelf.spec.skills) && has(self.spec.denyTools) == has(oldSelf.spec.denyTools) && (!has(self.spec.denyTools) || self.spec.denyTools == oldSelf.spec.denyTools) && has(self.spec.bootstrap) == has(oldSelf.spec.bootstrap) && (!has(self.spec.bootstrap) || self.spec.bootstrap == oldSelf.spec.bootstrap) && has(self.spec.systemPromptAppend) == has(oldSelf.spec.systemPromptAppend) && (!has(self.spec.systemPromptAppend) || self.spec.systemPromptAppend == oldSelf.spec.systemPromptAppend) && has(self.spec.pod) == has(oldSelf.spec.pod) && (!has(self.spec.pod) || self.spec.pod == oldSelf.spec.pod) && has(self.spec.ttlSecondsAfterFinished) == has(oldSelf.spec.ttlSecondsAfterFinished) && (!has(self.spec.ttlSecondsAfterFinished) || self.spec.ttlSecondsAfterFinished == oldSelf.spec.ttlSecondsAfterFinished))",message="spec is frozen once the run has started; only spec.cancel may change"
 type AgentRun struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

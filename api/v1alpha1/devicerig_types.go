@@ -75,6 +75,13 @@ type DeviceRigSpec struct {
 	// +kubebuilder:validation:MaxItems=16
 	// +optional
 	Skills []SkillSource `json:"skills,omitempty"`
+
+	// Bootstrap are ConfigMaps of context files every run on this rig gets
+	// in its system prompt ("this phone's apps and accounts"), before the
+	// run's own (docs/engine.md, "The system prompt").
+	// +kubebuilder:validation:MaxItems=8
+	// +optional
+	Bootstrap []BootstrapSource `json:"bootstrap,omitempty"`
 }
 
 // RigPhase is the rig's state as the operator sees it.

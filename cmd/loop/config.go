@@ -100,6 +100,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	c.TraceKeep = num(contract.SettingTraceKeep, contract.DefaultTraceKeep, 1)
 	c.MaxErrors = num(contract.SettingMaxErrors, 0, 1) // 0: the engine's default
 	c.ThinkingBudgetTokens = num(contract.SettingThinkingBudget, 0, 0)
+	c.MaxOutputTokens = num(contract.SettingMaxOutputTokens, 0, 256) // 0: the preset's
 	c.MaxInputTokens = num64(contract.SettingMaxInputTokens)
 	c.RunInputTokensLeft = num64(contract.SettingRunInputTokensLeft)
 	if err != nil {
@@ -155,6 +156,8 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	}
 	c.StateDir = get(contract.SettingStateDir)
 	c.SkillsDirs = contract.SplitList(get(contract.SettingSkillsDirs))
+	c.BootstrapDirs = contract.SplitList(get(contract.SettingBootstrapDirs))
+	c.SystemPromptAppend = get(contract.SettingSystemPromptAppend)
 	c.DenyTools = contract.SplitList(get(contract.SettingDenyTools))
 	if v := get(contract.SettingResume); v != "" {
 		b, perr := strconv.ParseBool(v)

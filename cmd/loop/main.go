@@ -22,6 +22,7 @@ import (
 	"github.com/clawfarm/clawfarm/internal/engine/events"
 	"github.com/clawfarm/clawfarm/internal/engine/hooks"
 	"github.com/clawfarm/clawfarm/internal/engine/redact"
+	"github.com/clawfarm/clawfarm/internal/engine/tokens"
 	"github.com/clawfarm/clawfarm/internal/progress"
 	"github.com/clawfarm/clawfarm/internal/provider"
 	"github.com/clawfarm/clawfarm/internal/provider/presets"
@@ -56,8 +57,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintln(stderr, red.String("loop: "+fmt.Sprintf(format, a...)))
 	}
 
+	bootstrap, err := loadBootstrap(cfg.BootstrapDirs)
+	if err != nil {
+		return badConfig(cfg, err, stderr)
+	}
+	maxOut := cfg.MaxOutputTokens
+	if maxOut == 0 {
+		maxOut = provider.DefaultMaxTokens
+	}
 	model, err := presets.New(cfg.ModelProvider, cfg.ModelAPI, provider.Options{
-		BaseURL: cfg.ModelBaseURL, APIKey: cfg.APIKey, Model: cfg.Model,
+		BaseURL: cfg.ModelBaseURL, APIKey: cfg.APIKey, Model: cfg.Model, MaxTokens: maxOut,
 		IdleTimeout: time.Duration(cfg.ModelTimeoutSeconds) * time.Second,
 	}, cfg.ThinkingBudgetTokens)
 	if err != nil {
@@ -80,7 +89,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		Run: cfg.Run, Attempt: cfg.Attempt, Trigger: cfg.Trigger,
 		MaxTurns: cfg.MaxTurns, SessionBudget: budget, ContextWindow: cfg.ContextWindow,
 		MaxErrors: cfg.MaxErrors, MaxInputTokens: cfg.MaxInputTokens, RunInputTokensLeft: cfg.RunInputTokensLeft,
-		Provider: model, Progress: sink, Redactor: red,
+		Bootstrap: bootstrap, SystemAppend: cfg.SystemPromptAppend,
+		// The reply, its thinking, and a fold stay free in the context window.
+		ReplyReserve: maxOut + cfg.ThinkingBudgetTokens + tokens.FoldReserve,
+		Provider:     model, Progress: sink, Redactor: red,
 		Hooks: hooks.NewDenyTools(cfg.DenyTools), Clock: sessionClock,
 		Logf: logf,
 	}

@@ -290,6 +290,7 @@ func Record(pod *corev1.Pod, attemptN, retry int32, o Outcome, now time.Time) fa
 	r.FinishTime = &fin
 	if m := o.Message; m != nil {
 		r.ExitReason = string(m.ExitReason)
+		r.SystemPromptSHA256 = m.SystemPromptSHA256
 		r.Usage = &farmv1.TokenUsage{PromptTokens: m.Usage.PromptTokens, CompletionTokens: m.Usage.CompletionTokens,
 			CachedTokens: m.Usage.CachedTokens, CacheWriteTokens: m.Usage.CacheWriteTokens}
 	}

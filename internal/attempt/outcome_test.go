@@ -271,3 +271,15 @@ func TestClassifyStalled(t *testing.T) {
 		t.Fatalf("cancelled run: outcome %s", o.Class)
 	}
 }
+
+// The attempt record keeps the hash of the system prompt the loop reported.
+func TestRecordKeepsTheSystemPromptHash(t *testing.T) {
+	pod := ended(corev1.PodSucceeded, 0, `{"sentinel":"DONE","recap":"done","exitReason":"end_turn","usage":{"promptTokens":10},"systemPromptSHA256":"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}`)
+	o, done := Classify(pod, World{Now: time.Now()})
+	if !done {
+		t.Fatal("not ended")
+	}
+	if rec := Record(pod, 1, 0, o, time.Now()); rec.SystemPromptSHA256 != "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08" {
+		t.Errorf("record hash %q", rec.SystemPromptSHA256)
+	}
+}

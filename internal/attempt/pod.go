@@ -112,7 +112,48 @@ func (s Spec) Settings() contract.Settings {
 		RunInputTokensLeft:   left,
 		ThinkingBudgetTokens: int(run.Spec.Model.ThinkingBudgetTokens),
 		Fold:                 fold,
+		BootstrapDirs:        bootstrapDirs(s.bootstrapSources()),
+		SystemPromptAppend:   run.Spec.SystemPromptAppend,
+		MaxOutputTokens:      int(run.Spec.Model.MaxOutputTokens),
 	}
+}
+
+// bootstrapSource is a bootstrap ConfigMap and whose it is (rig or run).
+type bootstrapSource struct {
+	owner, configMap string
+}
+
+// bootstrapSources are the rig's bootstrap ConfigMaps, then the run's, in
+// the order each lists them; a ConfigMap both name comes once, as the rig's.
+func (s Spec) bootstrapSources() []bootstrapSource {
+	seen := map[string]bool{}
+	var out []bootstrapSource
+	for _, l := range []struct {
+		owner string
+		list  []farmv1.BootstrapSource
+	}{{"rig", s.Rig.Spec.Bootstrap}, {"run", s.Run.Spec.Bootstrap}} {
+		for _, b := range l.list {
+			if !seen[b.ConfigMapName] {
+				seen[b.ConfigMapName] = true
+				out = append(out, bootstrapSource{l.owner, b.ConfigMapName})
+			}
+		}
+	}
+	return out
+}
+
+// bootstrapDir is where a bootstrap ConfigMap is mounted: numbered, so the
+// folders sort in the order the system prompt takes them.
+func bootstrapDir(i int, b bootstrapSource) string {
+	return path.Join(contract.BootstrapMountRoot, fmt.Sprintf("%02d-%s-%s", i, b.owner, b.configMap))
+}
+
+func bootstrapDirs(srcs []bootstrapSource) []string {
+	var out []string
+	for i, b := range srcs {
+		out = append(out, bootstrapDir(i, b))
+	}
+	return out
 }
 
 // RunInputTokensLeft is what is left of the run's input token budget
@@ -196,6 +237,13 @@ func BuildPod(s Spec) *corev1.Pod {
 			ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: sk.ConfigMapName}},
 		}})
 		mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: path.Join(contract.SkillsMountRoot, sk.ConfigMapName), ReadOnly: true})
+	}
+	for i, b := range s.bootstrapSources() {
+		name := "bootstrap-" + strconv.Itoa(i)
+		volumes = append(volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
+			ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: b.configMap}},
+		}})
+		mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: bootstrapDir(i, b), ReadOnly: true})
 	}
 
 	if s.Defaults.TraceURL != "" {

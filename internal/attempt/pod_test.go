@@ -1,6 +1,8 @@
 package attempt
 
 import (
+	"strconv"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -136,5 +138,47 @@ func TestSettingsCarryBudgetsAndTuning(t *testing.T) {
 	run.Spec.Limits.MaxRunInputTokens = 0
 	if _, limited := RunInputTokensLeft(run); limited {
 		t.Error("a run without maxRunInputTokens is limited")
+	}
+}
+
+// The system prompt's parts reach the pod: the rig's bootstrap ConfigMaps,
+// then the run's (one both name, once, as the rig's), mounted in folders
+// that sort in that order and listed in that order; the run's append and
+// reply bound.
+func TestBuildPodMountsBootstrapInOrder(t *testing.T) {
+	run := &farmv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "run"},
+		Spec: farmv1.AgentRunSpec{Bootstrap: []farmv1.BootstrapSource{{ConfigMapName: "farm-setup"}, {ConfigMapName: "phone-apps"}},
+			SystemPromptAppend: "Answer in French.", Model: farmv1.ModelSpec{MaxOutputTokens: 2048}}}
+	rig := &farmv1.DeviceRig{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "rig"},
+		Spec: farmv1.DeviceRigSpec{NodeName: "node", Endpoint: farmv1.RigEndpoint{URL: "http://rig/mcp"},
+			Bootstrap: []farmv1.BootstrapSource{{ConfigMapName: "phone-apps"}}}}
+	pod := BuildPod(Spec{Run: run, Rig: rig, Attempt: 1})
+	env := map[string]string{}
+	for _, e := range pod.Spec.Containers[0].Env {
+		env[e.Name] = e.Value
+	}
+	want := "/etc/clawfarm/bootstrap/00-rig-phone-apps,/etc/clawfarm/bootstrap/01-run-farm-setup"
+	if env["CLAWFARM_BOOTSTRAP_DIRS"] != want {
+		t.Errorf("CLAWFARM_BOOTSTRAP_DIRS=%q, want %q", env["CLAWFARM_BOOTSTRAP_DIRS"], want)
+	}
+	if env["CLAWFARM_SYSTEM_PROMPT_APPEND"] != "Answer in French." || env["CLAWFARM_MAX_OUTPUT_TOKENS"] != "2048" {
+		t.Errorf("append %q, max output %q", env["CLAWFARM_SYSTEM_PROMPT_APPEND"], env["CLAWFARM_MAX_OUTPUT_TOKENS"])
+	}
+	mounted := map[string]string{}
+	for _, v := range pod.Spec.Volumes {
+		if v.ConfigMap != nil {
+			mounted[v.Name] = v.ConfigMap.Name
+		}
+	}
+	dirs := strings.Split(want, ",")
+	for _, m := range pod.Spec.Containers[0].VolumeMounts {
+		if i, ok := strings.CutPrefix(m.Name, "bootstrap-"); ok {
+			if n, _ := strconv.Atoi(i); m.MountPath != dirs[n] || !m.ReadOnly || !strings.HasPrefix(m.MountPath, contract.BootstrapMountRoot+"/") {
+				t.Errorf("mount %+v, want %s read-only", m, dirs[n])
+			}
+		}
+	}
+	if mounted["bootstrap-0"] != "phone-apps" || mounted["bootstrap-1"] != "farm-setup" || len(mounted) != 2 {
+		t.Errorf("ConfigMap volumes %v", mounted)
 	}
 }

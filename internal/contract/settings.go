@@ -50,6 +50,10 @@ var (
 	SettingRunInputTokensLeft = Setting{"run-input-tokens-left", "CLAWFARM_RUN_INPUT_TOKENS_LEFT", "input tokens the run has left over all its attempts (0 or unset: no limit; the operator starts no attempt with nothing left)"}
 	SettingThinkingBudget     = Setting{"thinking-budget-tokens", "CLAWFARM_THINKING_BUDGET_TOKENS", "Claude's extended thinking budget per turn (0: off)"}
 	SettingFold               = Setting{"fold", "CLAWFARM_FOLD", "the fold cadence AT/KEEP in turns, e.g. 30/10 (default: the provider preset's)"}
+	// The system prompt's parts beyond the rig's and the skills'.
+	SettingBootstrapDirs      = Setting{"bootstrap-dirs", "CLAWFARM_BOOTSTRAP_DIRS", "folders of context files for the system prompt (mounted ConfigMaps: the rig's, then the run's), comma-separated, in order"}
+	SettingSystemPromptAppend = Setting{"system-prompt-append", "CLAWFARM_SYSTEM_PROMPT_APPEND", "text appended to the system prompt, last"}
+	SettingMaxOutputTokens    = Setting{"max-output-tokens", "CLAWFARM_MAX_OUTPUT_TOKENS", "the reply bound in tokens (default: the provider preset's); the preflight keeps it free"}
 )
 
 // AllSettings lists every setting in contract order.
@@ -60,7 +64,7 @@ var AllSettings = []Setting{
 	SettingSkillsDirs, SettingDenyTools, SettingResume, SettingTerminationLog,
 	SettingModelTimeout, SettingTraceURL, SettingTraceTokenFile, SettingTraceKeep,
 	SettingModelAPI, SettingMaxErrors, SettingMaxInputTokens, SettingRunInputTokensLeft,
-	SettingThinkingBudget, SettingFold,
+	SettingThinkingBudget, SettingFold, SettingBootstrapDirs, SettingSystemPromptAppend, SettingMaxOutputTokens,
 }
 
 // Defaults of the contract.
@@ -75,6 +79,12 @@ const (
 	StateMountPath = "/var/lib/clawfarm/state"
 	// SkillsMountRoot is where skill ConfigMaps are mounted, one folder each.
 	SkillsMountRoot = "/etc/clawfarm/skills"
+	// BootstrapMountRoot is where bootstrap ConfigMaps are mounted, one folder each.
+	BootstrapMountRoot = "/etc/clawfarm/bootstrap"
+	// MaxBootstrapFileBytes and MaxBootstrapBytes cap one context file and
+	// all of a session's together: the system prompt goes with every request.
+	MaxBootstrapFileBytes = 16 << 10
+	MaxBootstrapBytes     = 64 << 10
 	// DefaultTraceKeep is how many attempts' traces a state directory keeps.
 	DefaultTraceKeep = 20
 	// DefaultTraceAudience is the audience of the trace token: the trace
@@ -122,6 +132,12 @@ type Settings struct {
 	ThinkingBudgetTokens int
 	// Fold is the fold cadence "AT/KEEP"; empty means the preset's.
 	Fold string
+	// BootstrapDirs are folders of context files for the system prompt, in order.
+	BootstrapDirs []string
+	// SystemPromptAppend is appended to the system prompt.
+	SystemPromptAppend string
+	// MaxOutputTokens bounds each reply; 0 means the preset's.
+	MaxOutputTokens int
 }
 
 // Environ renders the settings as environment variables (name → value),
@@ -167,6 +183,9 @@ func (s Settings) Environ() []EnvVar {
 	add(SettingRunInputTokensLeft, itoa64(s.RunInputTokensLeft))
 	add(SettingThinkingBudget, itoa(s.ThinkingBudgetTokens))
 	add(SettingFold, s.Fold)
+	add(SettingBootstrapDirs, strings.Join(s.BootstrapDirs, ","))
+	add(SettingSystemPromptAppend, s.SystemPromptAppend)
+	add(SettingMaxOutputTokens, itoa(s.MaxOutputTokens))
 	return out
 }
 

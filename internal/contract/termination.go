@@ -90,6 +90,9 @@ type TerminationMessage struct {
 	Usage      Usage      `json:"usage"`
 	FollowUp   *FollowUp  `json:"followUp,omitempty"`
 	Jobs       []Job      `json:"jobs,omitempty"`
+	// SystemPromptSHA256 is the hex SHA-256 of the system prompt the model
+	// saw (the prompt itself is in the trace, event system_prompt).
+	SystemPromptSHA256 string `json:"systemPromptSHA256,omitempty"`
 }
 
 // ExitCode is the exit code that goes with the message.

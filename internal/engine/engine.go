@@ -103,6 +103,13 @@ type Config struct {
 
 	// ExtraSystem is appended to the system prompt (the skills index).
 	ExtraSystem string
+	// Bootstrap are the context files after it (the rig's, then the run's),
+	// and SystemAppend the run's own addition, last.
+	Bootstrap    []BootstrapFile
+	SystemAppend string
+	// ReplyReserve is kept free in the context window by the preflight:
+	// the reply bound plus room for a fold (tokens.FoldReserve). 0: none.
+	ReplyReserve int
 	// State is the session state; the caller may share it with its policies
 	// (plan, stuck guard) and fill it from a snapshot. Nil: a fresh one.
 	State *State
@@ -127,14 +134,15 @@ func stuck(reason contract.ExitReason, recap string) *Ending {
 
 // Session is one attempt's loop.
 type Session struct {
-	cfg        Config
-	state      *State
-	transcript []provider.Message
-	system     string
-	tools      []provider.ToolSpec
-	rigTools   map[string]bool
-	validator  *validate.Validator
-	deadline   time.Time
+	cfg          Config
+	state        *State
+	transcript   []provider.Message
+	system       string
+	systemSHA256 string
+	tools        []provider.ToolSpec
+	rigTools     map[string]bool
+	validator    *validate.Validator
+	deadline     time.Time
 
 	toolErrors   int    // tool errors in a row (maxErrors)
 	lastError    string // the newest of them, for the recap

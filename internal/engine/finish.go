@@ -45,6 +45,7 @@ func (s *Session) finish(ctx context.Context, end *Ending) contract.TerminationM
 	m := contract.TerminationMessage{
 		Sentinel: end.Sentinel, Recap: s.cfg.Redactor.String(recap), ExitReason: end.Reason,
 		Retryable: end.Sentinel == contract.Stuck && end.Retryable, Turns: s.state.Turn, Usage: s.state.Usage, Jobs: s.state.Jobs,
+		SystemPromptSHA256: s.systemSHA256,
 	}
 	if m.Sentinel == contract.Wait {
 		m.FollowUp = s.state.FollowUp

@@ -20,7 +20,7 @@ func (s *Session) prepare(ctx context.Context) (*provider.Request, *Ending) {
 	for tries := 0; ; tries++ {
 		req := s.request()
 		est := s.cfg.Estimator.Estimate(req)
-		err := tokens.Preflight(est, s.cfg.ContextWindow)
+		err := tokens.Preflight(est, s.cfg.ContextWindow, s.cfg.ReplyReserve)
 		if err == nil {
 			return req, s.overBudget(est)
 		}

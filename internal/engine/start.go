@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 
 	"github.com/clawfarm/clawfarm/internal/contract"
@@ -30,7 +32,9 @@ func (s *Session) start(ctx context.Context) {
 			s.cfg.Logf("%v; its calls are checked only for being a JSON object", err)
 		}
 	}
-	s.system = systemPrompt(s.cfg.Rig.Instructions(), s.cfg.ExtraSystem)
+	s.system = systemPrompt(s.cfg.Rig.Instructions(), s.cfg.ExtraSystem, s.cfg.Bootstrap, s.cfg.SystemAppend)
+	sum := sha256.Sum256([]byte(s.system))
+	s.systemSHA256 = hex.EncodeToString(sum[:])
 	if len(s.cfg.Resume) > 0 {
 		s.transcript = append([]provider.Message(nil), s.cfg.Resume...)
 		s.cfg.Logf("resumed from a snapshot at turn %d (%d messages)", s.state.Turn, len(s.transcript))
@@ -38,6 +42,7 @@ func (s *Session) start(ctx context.Context) {
 		s.transcript = append(s.transcript, provider.Message{Role: provider.RoleUser, Text: s.cfg.Trigger})
 	}
 	s.emit(events.SessionStart(s.cfg.Run, s.cfg.Attempt, s.cfg.Provider.Name(), s.cfg.Provider.Model(), names))
+	s.emit(events.SystemPrompt(s.system, s.systemSHA256))
 	s.cfg.Hooks.SessionStart(ctx, hooks.Session{Run: s.cfg.Run, Attempt: s.cfg.Attempt,
 		Provider: s.cfg.Provider.Name(), Model: s.cfg.Provider.Model(), Tools: names})
 }

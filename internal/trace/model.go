@@ -20,7 +20,9 @@ import (
 type AttemptTrace struct {
 	N     int
 	Start *events.Event
-	Turns []*Turn
+	// SystemPrompt is the system prompt the model saw, with its hash.
+	SystemPrompt *events.Event
+	Turns        []*Turn
 	// Lifecycle holds errors and compactions that belong to no turn.
 	Lifecycle []events.Event
 	Done      *events.Event
@@ -151,6 +153,11 @@ func ReadAttempt(n int, stream io.Reader, screenFiles []string) (*AttemptTrace, 
 			if a.Start == nil {
 				e := ev
 				a.Start = &e
+			}
+		case events.TypeSystemPrompt:
+			if a.SystemPrompt == nil {
+				e := ev
+				a.SystemPrompt = &e
 			}
 		case events.TypeTextDelta:
 			turn(&ev).Text += ev.Text

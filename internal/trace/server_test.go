@@ -201,6 +201,7 @@ func settingsRun(t *testing.T) (ns, token, base string) {
 
 // session is a short recorded stream: a peek, then a tap on what it showed.
 const session = `{"ts":"2026-12-01T10:00:00Z","stream":"lifecycle","type":"session_start","run":"%[1]s","attempt":1,"provider":"openai-compatible","model":"sim/settings","tools":["peek","tap"]}
+{"ts":"2026-12-01T10:00:00Z","stream":"lifecycle","type":"system_prompt","text":"You drive a real phone.\n\n### rig/phone-apps/apps.md\nSettings is <b>grey</b>.","sha256":"5eed"}
 {"ts":"2026-12-01T10:00:01Z","stream":"tool","type":"tool_start","turn":1,"tool":"note","callId":"c1","args":{"summary":"looking at the home screen"}}
 {"ts":"2026-12-01T10:00:01Z","stream":"tool","type":"tool_start","turn":1,"tool":"peek","callId":"c2","args":{}}
 {"ts":"2026-12-01T10:00:02Z","stream":"tool","type":"tool_result","turn":1,"tool":"peek","callId":"c2","text":"Settings [0.40,0.60,0.58,0.66]","images":1}
@@ -336,6 +337,8 @@ func TestRunPageDrawsTheTapWhereTheEventSays(t *testing.T) {
 		`src="/api/v1/runs/` + ns + `/settings/attempts/1/screens/screen-t0001-1.jpg"`, // drawn on the screen the peek returned
 		`data-bbox="0.4,0.6,0.58,0.66" style="left:40.00%;top:60.00%;width:18.00%;height:6.00%"`,
 		"opening Settings", "Tapped at bbox [0.4, 0.6, 0.58, 0.66]", "Settings is open.", ">DONE<",
+		// The system prompt the model saw, escaped, with its hash.
+		"system prompt · sha256 5eed", "### rig/phone-apps/apps.md\nSettings is &lt;b&gt;grey&lt;/b&gt;.",
 	} {
 		if !strings.Contains(page, want) {
 			t.Errorf("run page lacks %s", want)
@@ -371,13 +374,13 @@ func TestFollowSendsNewEventsUntilDone(t *testing.T) {
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(nil, MaxLine)
 	data := 0
-	for sc.Scan() && data < 7 {
+	for sc.Scan() && data < 8 {
 		if strings.HasPrefix(sc.Text(), "data: ") {
 			data++
 		}
 	}
-	if data != 7 {
-		t.Fatalf("got %d events of the first chunk, want 7", data)
+	if data != 8 {
+		t.Fatalf("got %d events of the first chunk, want 8", data)
 	}
 	f.do("PUT", base+"/events/5-1", tok, []byte(doneLine))
 	var rest []string

@@ -19,5 +19,5 @@ absent field from being an error.
 
 {{/* The spec fields a follow-up Job must leave alone on a run: every one but cancel. */}}
 {{- define "clawfarm.admission.specFieldsButCancel" -}}
-{{- toYaml (list "rigRef" "rigSelector" "trigger" "model" "limits" "skills" "denyTools" "followUp" "ttlSecondsAfterFinished" "pod") -}}
+{{- toYaml (list "rigRef" "rigSelector" "trigger" "model" "limits" "skills" "bootstrap" "systemPromptAppend" "denyTools" "followUp" "ttlSecondsAfterFinished" "pod") -}}
 {{- end -}}

@@ -25,6 +25,7 @@ const (
 // Types.
 const (
 	TypeSessionStart = "session_start"
+	TypeSystemPrompt = "system_prompt"
 	TypeTextDelta    = "text_delta"
 	TypeThinking     = "thinking"
 	TypeToolStart    = "tool_start"
@@ -51,8 +52,11 @@ type Event struct {
 	Model    string   `json:"model,omitempty"`
 	Tools    []string `json:"tools,omitempty"`
 
-	// text_delta, thinking, error, compaction
+	// text_delta, thinking, error, compaction, system_prompt
 	Text string `json:"text,omitempty"`
+
+	// system_prompt: the hex SHA-256 of Text
+	SHA256 string `json:"sha256,omitempty"`
 
 	// tool_start, tool_result
 	Tool    string          `json:"tool,omitempty"`
@@ -115,6 +119,12 @@ func (e *Emitter) Emit(ev Event) {
 // SessionStart opens a session.
 func SessionStart(run string, attempt int, providerName, model string, tools []string) Event {
 	return Event{Stream: StreamLifecycle, Type: TypeSessionStart, Run: run, Attempt: attempt, Provider: providerName, Model: model, Tools: tools}
+}
+
+// SystemPrompt records the system prompt the session sends with every
+// request, and its hash (the termination message carries the hash too).
+func SystemPrompt(text, sha256 string) Event {
+	return Event{Stream: StreamLifecycle, Type: TypeSystemPrompt, Text: text, SHA256: sha256}
 }
 
 // TextDelta is a piece of the assistant's text.

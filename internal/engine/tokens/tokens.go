@@ -19,6 +19,10 @@ const (
 	PreflightShare = 0.60
 	// ImageTokens is what one image is counted as (ours: a ~1566 px JPEG costs about this much).
 	ImageTokens = 1600
+	// FoldReserve is kept free beside the reply bound for a fold: the fold
+	// message grows the head before the turns it replaces are gone (seed 001's
+	// compaction reserve; ours: about 200 summary lines).
+	FoldReserve = 2048
 )
 
 // Estimator guesses a request's prompt tokens and learns from what the
@@ -65,21 +69,31 @@ func Count(req *provider.Request) (chars, images int) {
 
 // ErrTooLarge is preflight's refusal.
 type ErrTooLarge struct {
-	Estimate, Limit, Budget int
+	Estimate, Limit, Budget, Reserve int
 }
 
 func (e *ErrTooLarge) Error() string {
+	if e.Reserve > 0 && e.Limit == e.Budget-e.Reserve {
+		return fmt.Sprintf("prompt of ~%d tokens leaves less than the %d tokens reserved for the reply and a fold in the %d-token context window (limit %d)",
+			e.Estimate, e.Reserve, e.Budget, e.Limit)
+	}
 	return fmt.Sprintf("prompt of ~%d tokens is over %.0f%% of the %d-token input budget (%d)", e.Estimate, PreflightShare*100, e.Budget, e.Limit)
 }
 
-// Preflight refuses an estimate over PreflightShare of budget (budget ≤ 0: no limit).
-func Preflight(estimate, budget int) error {
+// Preflight refuses an estimate over PreflightShare of budget, or one that
+// leaves less than reserve tokens of it free (budget ≤ 0: no limit). The
+// reserve is the reply bound plus FoldReserve: on a small context window
+// (a local model's 8k) it is what binds.
+func Preflight(estimate, budget, reserve int) error {
 	if budget <= 0 {
 		return nil
 	}
 	limit := int(float64(budget) * PreflightShare)
+	if reserve > 0 && budget-reserve < limit {
+		limit = max(budget-reserve, 0)
+	}
 	if estimate > limit {
-		return &ErrTooLarge{Estimate: estimate, Limit: limit, Budget: budget}
+		return &ErrTooLarge{Estimate: estimate, Limit: limit, Budget: budget, Reserve: reserve}
 	}
 	return nil
 }
