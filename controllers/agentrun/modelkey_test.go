@@ -8,11 +8,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/internal/admission"
 	"github.com/clawfarm/clawfarm/internal/conditions"
 	"github.com/clawfarm/clawfarm/internal/testing/fakekubelet"
+	"github.com/clawfarm/clawfarm/internal/testing/testenv"
 )
 
 // Only a Secret labelled farm.clawfarm.dev/model-key=true may be a run's
@@ -30,6 +32,7 @@ func TestModelKeyMustBeLabelled(t *testing.T) {
 		create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
 			StringData: map[string]string{"key": "s3cret"}})
 	}
+	failed := testenv.MetricValue(t, metrics.Registry, "clawfarm_agentruns_finished_total", "phase", "Failed", "sentinel", "")
 	run := newRun(ns, "exfil", "rig")
 	run.Spec.Model.APIKeySecretRef = &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "db-password"}, Key: "key"}
 	create(t, run)
@@ -37,6 +40,11 @@ func TestModelKeyMustBeLabelled(t *testing.T) {
 	c := conditions.Get(got.Status.Conditions, farmv1.ConditionSucceeded)
 	if c == nil || c.Reason != farmv1.ReasonInvalidConfig || !strings.Contains(c.Message, "farm.clawfarm.dev/model-key=true") {
 		t.Fatalf("Succeeded %+v, want InvalidConfig naming the label", c)
+	}
+	// The end is counted, though no attempt ever ended: the status write that
+	// says Failed counts it.
+	if got := testenv.MetricValue(t, metrics.Registry, "clawfarm_agentruns_finished_total", "phase", "Failed", "sentinel", ""); got < failed+1 {
+		t.Errorf("clawfarm_agentruns_finished_total{Failed} went %v → %v, want at least +1", failed, got)
 	}
 	var pods corev1.PodList
 	if err := k8s.List(context.Background(), &pods, client.InNamespace(ns)); err != nil || len(pods.Items) != 0 {

@@ -76,10 +76,6 @@ func (s *step) recordEnded(ctx context.Context) error {
 		if err := s.writeStatus(ctx); err != nil {
 			return err
 		}
-		for _, count := range s.written {
-			count()
-		}
-		s.written = nil
 	}
 	for _, e := range done {
 		if err := s.letGo(ctx, e); err != nil {
@@ -159,7 +155,7 @@ func (s *step) enter(v attempt.Verdict, o attempt.Outcome) {
 		st.Phase = farmv1.RunWaiting
 		conditions.True(&st.Conditions, gen, farmv1.ConditionSucceeded, farmv1.ReasonWaiting, v.Message)
 		s.planFollowUp(o)
-		runsFinished.WithLabelValues(string(farmv1.RunWaiting), st.Sentinel).Inc()
+		s.countFinished(farmv1.RunWaiting)
 		s.ev.phase(s.run, farmv1.RunWaiting, farmv1.ReasonWaiting, v.Message)
 	case farmv1.RunRetrying:
 		st.Phase = farmv1.RunRetrying
@@ -182,6 +178,14 @@ func (s *step) finishWith(phase farmv1.RunPhase, reason, message string) {
 		t := metav1.NewTime(s.now)
 		st.CompletionTime = &t
 	}
-	runsFinished.WithLabelValues(string(phase), st.Sentinel).Inc()
+	s.countFinished(phase)
 	s.ev.phase(s.run, phase, reason, message)
+}
+
+// countFinished counts the run's end once the status that says so is
+// written: a write that fails (a conflict) is retried by a reconcile that
+// decides again, and must not count the run twice.
+func (s *step) countFinished(phase farmv1.RunPhase) {
+	sentinel := s.run.Status.Sentinel
+	s.written = append(s.written, func() { runsFinished.WithLabelValues(string(phase), sentinel).Inc() })
 }

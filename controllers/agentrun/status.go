@@ -16,11 +16,16 @@ import (
 func (s *step) writeStatus(ctx context.Context) error {
 	s.run.Status.ObservedGeneration = s.run.Generation
 	setFinished(&s.run.Status, s.run.Generation)
+	counts := s.written
+	s.written = nil // counted once, by the write that makes them true
 	if equality.Semantic.DeepEqual(s.before, &s.run.Status) {
 		return nil
 	}
 	if err := s.r.Status().Update(ctx, s.run); err != nil {
 		return fmt.Errorf("update status: %w", err)
+	}
+	for _, count := range counts {
+		count()
 	}
 	if s.before.StartTime == nil && s.run.Status.StartTime != nil {
 		s.observeStart()
