@@ -548,7 +548,9 @@ func (planTail) Tail(s *engine.State) []provider.Message {
 	return []provider.Message{{Role: provider.RoleUser, Text: "PLAN: step 1 in progress; scratchpad: " + s.Scratchpad}}
 }
 
-func TestPartTwoPlugPoints(t *testing.T) {
+// The engine's plug points: a pinned tail on every request, never kept, and
+// an engine-side tool from the registry.
+func TestPinnedTailAndEngineTools(t *testing.T) {
 	withPad := pt.Step{Calls: []pt.Call{{Name: "note", Args: `{"summary":"s","scratchpad":"remember the code 42"}`}, {Name: "wait", Args: `{"seconds":2}`}}}
 	h := newHarness(t, withPad, end("DONE"))
 	h.cfg.Pinned = planTail{}
