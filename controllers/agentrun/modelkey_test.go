@@ -42,10 +42,11 @@ func TestModelKeyMustBeLabelled(t *testing.T) {
 		t.Fatalf("Succeeded %+v, want InvalidConfig naming the label", c)
 	}
 	// The end is counted, though no attempt ever ended: the status write that
-	// says Failed counts it.
-	if got := testenv.MetricValue(t, metrics.Registry, "clawfarm_agentruns_finished_total", "phase", "Failed", "sentinel", ""); got < failed+1 {
-		t.Errorf("clawfarm_agentruns_finished_total{Failed} went %v → %v, want at least +1", failed, got)
-	}
+	// says Failed counts it, once the API server has answered it, which can
+	// be after this test sees the phase.
+	eventually(t, "clawfarm_agentruns_finished_total{Failed} up by at least 1", func() bool {
+		return testenv.MetricValue(t, metrics.Registry, "clawfarm_agentruns_finished_total", "phase", "Failed", "sentinel", "") >= failed+1
+	})
 	var pods corev1.PodList
 	if err := k8s.List(context.Background(), &pods, client.InNamespace(ns)); err != nil || len(pods.Items) != 0 {
 		t.Fatalf("%d pods (%v), want none", len(pods.Items), err)
