@@ -352,6 +352,18 @@ type AgentRunSpec struct {
 	// +kubebuilder:validation:MaxLength=16384
 	Trigger string `json:"trigger"`
 
+	// QueueMode is how the run meets other runs for the same rig: queue
+	// (default) waits its turn and gets a session of its own; collect joins
+	// the session a rig is handed to when that session's run is a collect
+	// run waiting for the same rig with the same model, one opening message
+	// numbering every trigger; steer is delivered into the rig's running
+	// session (same namespace) as a new user message at its next turn, and
+	// queues like queue when none is running. Either way the run ends with
+	// the session's outcome.
+	// +kubebuilder:default=queue
+	// +optional
+	QueueMode QueueMode `json:"queueMode,omitempty"`
+
 	// Model drives the agent.
 	Model ModelSpec `json:"model"`
 
@@ -401,6 +413,25 @@ type AgentRunSpec struct {
 	// Pod customises the loop pod.
 	// +optional
 	Pod *PodOverrides `json:"pod,omitempty"`
+}
+
+// QueueMode is how a run meets other runs for the same rig.
+// +kubebuilder:validation:Enum=queue;collect;steer
+type QueueMode string
+
+// The queue modes.
+const (
+	QueueModeQueue   QueueMode = "queue"
+	QueueModeCollect QueueMode = "collect"
+	QueueModeSteer   QueueMode = "steer"
+)
+
+// Mode is QueueMode, or queue when unset.
+func (s AgentRunSpec) Mode() QueueMode {
+	if s.QueueMode == "" {
+		return QueueModeQueue
+	}
+	return s.QueueMode
 }
 
 // RunPhase is where a run is in its life.
@@ -515,6 +546,68 @@ type RunProgress struct {
 	// turn and every tool result (the stall watchdog reads it).
 	// +optional
 	UpdatedAt string `json:"updatedAt,omitempty"`
+	// Steered is how many of status.joined's steer messages the loop has
+	// delivered to the model, in order.
+	// +optional
+	Steered int32 `json:"steered,omitempty"`
+	// Approval is the tool call the loop holds for a person's answer.
+	// +optional
+	Approval *ApprovalRequest `json:"approval,omitempty"`
+}
+
+// ApprovalRequest is a tool call a ToolPolicy sent for approval: the loop
+// holds the phone and its turn, its session clock stopped, until the run's
+// approval annotations answer it or approvalTimeoutSeconds pass (a deny).
+type ApprovalRequest struct {
+	// ID names this request; an answer names it too.
+	// +kubebuilder:validation:MaxLength=64
+	ID string `json:"id"`
+	// Tool is the call's tool.
+	// +kubebuilder:validation:MaxLength=64
+	Tool string `json:"tool"`
+	// Args are the call's arguments as JSON, cut to 2 KiB.
+	// +kubebuilder:validation:MaxLength=2100
+	// +optional
+	Args string `json:"args,omitempty"`
+	// Policy and Rule that asked for approval.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Policy string `json:"policy,omitempty"`
+	// +kubebuilder:validation:MaxLength=63
+	// +optional
+	Rule string `json:"rule,omitempty"`
+	// Message is the rule's (or webhook's) message.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Message string `json:"message,omitempty"`
+	// Turn of the call.
+	// +optional
+	Turn int32 `json:"turn,omitempty"`
+	// Screen is the trace link of the screen the call was made on.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Screen string `json:"screen,omitempty"`
+	// RequestedAt and DeadlineAt are RFC 3339 times.
+	// +optional
+	RequestedAt string `json:"requestedAt,omitempty"`
+	// +optional
+	DeadlineAt string `json:"deadlineAt,omitempty"`
+}
+
+// JoinedRun is a run whose trigger joined this run's session: collected
+// into its opening message, or steered into it while it ran.
+type JoinedRun struct {
+	// Name of the joined run.
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// Mode it joined by: collect or steer.
+	Mode QueueMode `json:"mode"`
+	// Trigger is the joined run's trigger.
+	// +kubebuilder:validation:MaxLength=16384
+	Trigger string `json:"trigger"`
+	// Attempt is the session's attempt it joined.
+	// +optional
+	Attempt int32 `json:"attempt,omitempty"`
 }
 
 // FollowUpStatus tracks the WAIT follow-up.
@@ -597,6 +690,19 @@ type AgentRunStatus struct {
 	// Usage is the token usage over all attempts.
 	// +optional
 	Usage *TokenUsage `json:"usage,omitempty"`
+	// Joined are the runs whose triggers joined this run's session, in the
+	// order they joined (collect first, then steer).
+	// +kubebuilder:validation:MaxItems=32
+	// +optional
+	Joined []JoinedRun `json:"joined,omitempty"`
+	// CollectedInto is the run whose session this collect run joined; it
+	// ends with that session's outcome.
+	// +optional
+	CollectedInto string `json:"collectedInto,omitempty"`
+	// SteeredInto is the run whose running session this steer run was
+	// delivered to; it ends with that session's outcome.
+	// +optional
+	SteeredInto string `json:"steeredInto,omitempty"`
 	// QueuedAt is when the run started waiting for a rig.
 	// +optional
 	QueuedAt *metav1.Time `json:"queuedAt,omitempty"`
@@ -606,7 +712,7 @@ type AgentRunStatus struct {
 	// CompletionTime is when the run finished.
 	// +optional
 	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
-	// Conditions: RigLeased, Succeeded, FollowUpScheduled, Finished.
+	// Conditions: RigLeased, Succeeded, FollowUpScheduled, Finished, AwaitingApproval.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -634,7 +740,7 @@ const MaxNameLength = 48
 // +kubebuilder:printcolumn:name="Cost",type=string,JSONPath=`.status.usage.cost`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 48",message="metadata.name must be at most 48 characters: attempt pods (<name>-a<N>-r<M>), the follow-up CronJob (<name>-fu) and its Jobs add suffixes to it; choose a shorter name (follow-up runs <name>-f<N> are shortened with a hash to fit)"
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.phase) || oldSelf.status.phase == 'Pending' || (self.spec.trigger == oldSelf.spec.trigger && self.spec.model == oldSelf.spec.model && self.spec.limits == oldSelf.spec.limits && self.spec.followUp == oldSelf.spec.followUp && has(self.spec.rigRef) == has(oldSelf.spec.rigRef) && (!has(self.spec.rigRef) || self.spec.rigRef == oldSelf.spec.rigRef) && has(self.spec.rigSelector) == has(oldSelf.spec.rigSelector) && (!has(self.spec.rigSelector) || self.spec.rigSelector == oldSelf.spec.rigSelector) && has(self.spec.skills) == has(oldSelf.spec.skills) && (!has(self.spec.skills) || self.spec.skills == oldSelf.spec.skills) && has(self.spec.denyTools) == has(oldSelf.spec.denyTools) && (!has(self.spec.denyTools) || self.spec.denyTools == oldSelf.spec.denyTools) && has(self.spec.bootstrap) == has(oldSelf.spec.bootstrap) && (!has(self.spec.bootstrap) || self.spec.bootstrap == oldSelf.spec.bootstrap) && has(self.spec.systemPromptAppend) == has(oldSelf.spec.systemPromptAppend) && (!has(self.spec.systemPromptAppend) || self.spec.systemPromptAppend == oldSelf.spec.systemPromptAppend) && has(self.spec.pod) == has(oldSelf.spec.pod) && (!has(self.spec.pod) || self.spec.pod == oldSelf.spec.pod) && has(self.spec.ttlSecondsAfterFinished) == has(oldSelf.spec.ttlSecondsAfterFinished) && (!has(self.spec.ttlSecondsAfterFinished) || self.spec.ttlSecondsAfterFinished == oldSelf.spec.ttlSecondsAfterFinished))",message="spec is frozen once the run has started; only spec.cancel may change"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.phase) || oldSelf.status.phase == 'Pending' || (self.spec.trigger == oldSelf.spec.trigger && has(self.spec.queueMode) == has(oldSelf.spec.queueMode) && (!has(self.spec.queueMode) || self.spec.queueMode == oldSelf.spec.queueMode) && self.spec.model == oldSelf.spec.model && self.spec.limits == oldSelf.spec.limits && self.spec.followUp == oldSelf.spec.followUp && has(self.spec.rigRef) == has(oldSelf.spec.rigRef) && (!has(self.spec.rigRef) || self.spec.rigRef == oldSelf.spec.rigRef) && has(self.spec.rigSelector) == has(oldSelf.spec.rigSelector) && (!has(self.spec.rigSelector) || self.spec.rigSelector == oldSelf.spec.rigSelector) && has(self.spec.skills) == has(oldSelf.spec.skills) && (!has(self.spec.skills) || self.spec.skills == oldSelf.spec.skills) && has(self.spec.denyTools) == has(oldSelf.spec.denyTools) && (!has(self.spec.denyTools) || self.spec.denyTools == oldSelf.spec.denyTools) && has(self.spec.bootstrap) == has(oldSelf.spec.bootstrap) && (!has(self.spec.bootstrap) || self.spec.bootstrap == oldSelf.spec.bootstrap) && has(self.spec.systemPromptAppend) == has(oldSelf.spec.systemPromptAppend) && (!has(self.spec.systemPromptAppend) || self.spec.systemPromptAppend == oldSelf.spec.systemPromptAppend) && has(self.spec.pod) == has(oldSelf.spec.pod) && (!has(self.spec.pod) || self.spec.pod == oldSelf.spec.pod) && has(self.spec.ttlSecondsAfterFinished) == has(oldSelf.spec.ttlSecondsAfterFinished) && (!has(self.spec.ttlSecondsAfterFinished) || self.spec.ttlSecondsAfterFinished == oldSelf.spec.ttlSecondsAfterFinished))",message="spec is frozen once the run has started; only spec.cancel may change"
 type AgentRun struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -17,6 +17,11 @@ const (
 	// ReasonInProgress, ReasonWaiting, or the final phase (ReasonSucceeded,
 	// ReasonFailed, ReasonCancelled).
 	ConditionFinished = "Finished"
+	// ConditionAwaitingApproval is True while the loop holds a tool call for
+	// a person's answer (status.progress.approval): kubectl claw approve or
+	// deny answers it. Its reason is ReasonApprovalRequested, or
+	// ReasonApprovalAnswered once the loop went on.
+	ConditionAwaitingApproval = "AwaitingApproval"
 )
 
 // Condition types of a DeviceRig.
@@ -61,6 +66,14 @@ const (
 	// ReasonStalled: the stall watchdog stopped an attempt whose loop
 	// reported no progress for spec.limits.stallSeconds (a Warning Event).
 	ReasonStalled = "Stalled"
+	// ReasonApprovalRequested: a ToolPolicy sent a tool call for approval.
+	ReasonApprovalRequested = "ApprovalRequested"
+	// ReasonApprovalAnswered: the loop holds no call for approval.
+	ReasonApprovalAnswered = "ApprovalAnswered"
+	// ReasonCollected: a collect run joined another run's session.
+	ReasonCollected = "Collected"
+	// ReasonSteered: a steer run was delivered into a running session.
+	ReasonSteered = "Steered"
 )
 
 // Reasons of the Finished condition besides ReasonWaiting and ReasonCancelled:
@@ -186,6 +199,19 @@ const (
 	FinalizerOutcome = "farm.clawfarm.dev/outcome"
 	// FinalizerLease keeps a run until its rig's Lease is released.
 	FinalizerLease = "farm.clawfarm.dev/lease"
+)
+
+// The annotations that answer a run's approval request
+// (status.progress.approval); kubectl claw approve and deny write them, the
+// loop reads them. An admission policy holds approvedBy to the user who
+// wrote the answer, so the trace's "who approved" is the API server's word.
+const (
+	// AnnotationApproval is "<Approve|Deny>/<request id>".
+	AnnotationApproval = "farm.clawfarm.dev/approval"
+	// AnnotationApprovedBy is the user who answered.
+	AnnotationApprovedBy = "farm.clawfarm.dev/approved-by"
+	// AnnotationApprovalReason is the answer's reason, which the model reads on a deny.
+	AnnotationApprovalReason = "farm.clawfarm.dev/approval-reason"
 )
 
 // Labels and annotations of follow-ups and agent jobs.

@@ -27,6 +27,7 @@ func addKnownTypes(s *runtime.Scheme) error {
 	s.AddKnownTypes(GroupVersion,
 		&AgentRun{}, &AgentRunList{},
 		&DeviceRig{}, &DeviceRigList{},
+		&ToolPolicy{}, &ToolPolicyList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
