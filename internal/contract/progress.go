@@ -12,7 +12,32 @@ type Progress struct {
 	Tokens    int64  `json:"tokens"`
 	LastTool  string `json:"lastTool,omitempty"`
 	UpdatedAt string `json:"updatedAt"` // RFC 3339: the heartbeat, renewed on every turn and tool result
+	// Steered counts the steer messages (status.joined, mode steer) the loop
+	// has delivered to the model.
+	Steered int `json:"steered,omitempty"`
+	// Approval is the call held for a person's answer. It is always sent,
+	// null when none, so that a merge patch clears an answered request.
+	Approval *Approval `json:"approval"`
 }
+
+// Approval is status.progress.approval: a tool call a ToolPolicy sent for
+// approval. The run's annotation farm.clawfarm.dev/approval answers it with
+// "Approve/<ID>" or "Deny/<ID>".
+type Approval struct {
+	ID          string `json:"id"`
+	Tool        string `json:"tool"`
+	Args        string `json:"args,omitempty"` // JSON, cut to MaxApprovalArgsBytes
+	Policy      string `json:"policy,omitempty"`
+	Rule        string `json:"rule,omitempty"`
+	Message     string `json:"message,omitempty"`
+	Turn        int    `json:"turn,omitempty"`
+	Screen      string `json:"screen,omitempty"` // the trace link of the screen the call was made on
+	RequestedAt string `json:"requestedAt,omitempty"`
+	DeadlineAt  string `json:"deadlineAt,omitempty"`
+}
+
+// MaxApprovalArgsBytes bounds status.progress.approval.args.
+const MaxApprovalArgsBytes = 2048
 
 // MaxProgressNoteBytes bounds status.progress.lastNote (the note is at most 20 words anyway).
 const MaxProgressNoteBytes = 512

@@ -55,6 +55,44 @@ type RoundObserver interface {
 	AfterRound(ctx context.Context, s *State, transcript []provider.Message)
 }
 
+// Inbox holds messages delivered into a running session (steer runs). The
+// engine takes them at every turn boundary and adds each as a user message.
+type Inbox interface {
+	Take(ctx context.Context) []InboxMessage
+}
+
+// InboxMessage is one message for the model, from the run named.
+type InboxMessage struct {
+	From string
+	Text string
+}
+
+// Approver answers tool calls a policy sent for approval. Await blocks until
+// a person answers or the request's deadline passes (a deny); the engine
+// stops the session clock meanwhile.
+type Approver interface {
+	Await(ctx context.Context, req ApprovalRequest) ApprovalAnswer
+}
+
+// ApprovalRequest is a call held for approval.
+type ApprovalRequest struct {
+	Turn    int
+	CallID  string
+	Tool    string
+	Args    json.RawMessage
+	Policy  string
+	Rule    string
+	Message string
+}
+
+// ApprovalAnswer is a person's answer, or the deny a timeout stands for.
+type ApprovalAnswer struct {
+	Approved bool
+	By       string // who answered; empty on a timeout
+	Reason   string
+	TimedOut bool
+}
+
 // Clock tells the time and waits; tests pass a fake one.
 type Clock interface {
 	Now() time.Time
@@ -97,6 +135,11 @@ type Config struct {
 	Tools     *Registry // engine-side tools; default note and end_session
 	Pinned    Pinned
 	Observers []RoundObserver
+	// Inbox is read at every turn boundary; nil: none.
+	Inbox Inbox
+	// Approver answers calls a policy sent for approval; nil: such calls
+	// are denied.
+	Approver Approver
 	Backoff   backoff.Policy
 	Breaker   *breaker.Breaker
 	Clock     Clock

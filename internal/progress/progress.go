@@ -66,6 +66,39 @@ func NewInCluster(run string, logf func(string, ...any)) (*Patcher, error) {
 	return New(DynamicPatch(dc, ns, name), Interval, logf), nil
 }
 
+// NewInClusterReader reads namespace/name with the pod's service account
+// (the loop's role may get runs): steer messages and approval answers reach
+// a running loop through its own run object.
+func NewInClusterReader(run string) (ReadFunc, error) {
+	ns, name, err := contract.ParseRunRef(run)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := podConfig()
+	if err != nil {
+		return nil, err
+	}
+	dc, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("run reader client: %w", err)
+	}
+	return DynamicRead(dc, ns, name), nil
+}
+
+// ReadFunc returns the run object as JSON.
+type ReadFunc func(ctx context.Context) ([]byte, error)
+
+// DynamicRead reads one run through a dynamic client.
+func DynamicRead(dc dynamic.Interface, ns, name string) ReadFunc {
+	return func(ctx context.Context) ([]byte, error) {
+		u, err := dc.Resource(AgentRuns).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		return u.MarshalJSON()
+	}
+}
+
 // DynamicPatch patches agentruns/status of one run through a dynamic client.
 func DynamicPatch(dc dynamic.Interface, ns, name string) PatchFunc {
 	return func(ctx context.Context, patch []byte) error {
