@@ -140,9 +140,9 @@ type Config struct {
 	// Approver answers calls a policy sent for approval; nil: such calls
 	// are denied.
 	Approver Approver
-	Backoff   backoff.Policy
-	Breaker   *breaker.Breaker
-	Clock     Clock
+	Backoff  backoff.Policy
+	Breaker  *breaker.Breaker
+	Clock    Clock
 
 	// ExtraSystem is appended to the system prompt (the skills index).
 	ExtraSystem string
