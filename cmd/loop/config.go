@@ -101,6 +101,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	c.MaxErrors = num(contract.SettingMaxErrors, 0, 1) // 0: the engine's default
 	c.ThinkingBudgetTokens = num(contract.SettingThinkingBudget, 0, 0)
 	c.MaxOutputTokens = num(contract.SettingMaxOutputTokens, 0, 256) // 0: the preset's
+	c.Steered = num(contract.SettingSteered, 0, 0)
 	c.MaxInputTokens = num64(contract.SettingMaxInputTokens)
 	c.RunInputTokensLeft = num64(contract.SettingRunInputTokensLeft)
 	if err != nil {
@@ -159,6 +160,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	c.BootstrapDirs = contract.SplitList(get(contract.SettingBootstrapDirs))
 	c.SystemPromptAppend = get(contract.SettingSystemPromptAppend)
 	c.DenyTools = contract.SplitList(get(contract.SettingDenyTools))
+	c.ToolPolicies = get(contract.SettingToolPolicies)
 	if v := get(contract.SettingResume); v != "" {
 		b, perr := strconv.ParseBool(v)
 		if perr != nil {

@@ -110,6 +110,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		files, err = wire(&ec, dir, cfg, logf)
 		if err == nil {
 			defer files.Close()
+			if ec.Resume == nil {
+				ec.State.Steered = cfg.Steered // the opening message carries these
+			}
+			ec.Inbox = inboxFor(cfg, ec.State, logf)
 			sinks := []io.Writer{stdout, files.trace}
 			if cfg.TraceURL != "" && cfg.Run != "" {
 				// The notice comes only after something was queued, so after em is set.

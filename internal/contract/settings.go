@@ -54,6 +54,11 @@ var (
 	SettingBootstrapDirs      = Setting{"bootstrap-dirs", "CLAWFARM_BOOTSTRAP_DIRS", "folders of context files for the system prompt (mounted ConfigMaps: the rig's, then the run's), comma-separated, in order"}
 	SettingSystemPromptAppend = Setting{"system-prompt-append", "CLAWFARM_SYSTEM_PROMPT_APPEND", "text appended to the system prompt, last"}
 	SettingMaxOutputTokens    = Setting{"max-output-tokens", "CLAWFARM_MAX_OUTPUT_TOKENS", "the reply bound in tokens (default: the provider preset's); the preflight keeps it free"}
+	// SettingToolPolicies is optional: without it no ToolPolicy applies.
+	SettingToolPolicies = Setting{"tool-policies", "CLAWFARM_TOOL_POLICIES", "the ToolPolicies that select the run, as JSON (internal/toolpolicy's Set): rules and webhooks asked before every tool call"}
+	// SettingSteered is optional: without it the opening message carries
+	// no steer message, and the loop delivers every one it reads.
+	SettingSteered = Setting{"steered", "CLAWFARM_STEERED", "how many of the run's steer messages (status.joined, mode steer) the opening message already carries; the loop delivers the ones after them at its turn boundaries"}
 )
 
 // AllSettings lists every setting in contract order.
@@ -65,6 +70,8 @@ var AllSettings = []Setting{
 	SettingModelTimeout, SettingTraceURL, SettingTraceTokenFile, SettingTraceKeep,
 	SettingModelAPI, SettingMaxErrors, SettingMaxInputTokens, SettingRunInputTokensLeft,
 	SettingThinkingBudget, SettingFold, SettingBootstrapDirs, SettingSystemPromptAppend, SettingMaxOutputTokens,
+	SettingToolPolicies,
+	SettingSteered,
 }
 
 // Defaults of the contract.
@@ -138,6 +145,10 @@ type Settings struct {
 	SystemPromptAppend string
 	// MaxOutputTokens bounds each reply; 0 means the preset's.
 	MaxOutputTokens int
+	// ToolPolicies is the JSON of the ToolPolicies that select the run; empty: none.
+	ToolPolicies string
+	// Steered is how many steer messages the opening message carries.
+	Steered int
 }
 
 // Environ renders the settings as environment variables (name → value),
@@ -186,6 +197,8 @@ func (s Settings) Environ() []EnvVar {
 	add(SettingBootstrapDirs, strings.Join(s.BootstrapDirs, ","))
 	add(SettingSystemPromptAppend, s.SystemPromptAppend)
 	add(SettingMaxOutputTokens, itoa(s.MaxOutputTokens))
+	add(SettingToolPolicies, s.ToolPolicies)
+	add(SettingSteered, itoa(s.Steered))
 	return out
 }
 

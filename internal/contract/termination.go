@@ -93,6 +93,10 @@ type TerminationMessage struct {
 	// SystemPromptSHA256 is the hex SHA-256 of the system prompt the model
 	// saw (the prompt itself is in the trace, event system_prompt).
 	SystemPromptSHA256 string `json:"systemPromptSHA256,omitempty"`
+	// Steered is how many of the run's steer messages the session had (in
+	// its opening message or delivered since): the progress patch that
+	// says so may not have reached the API server before the loop ended.
+	Steered int `json:"steered,omitempty"`
 }
 
 // ExitCode is the exit code that goes with the message.

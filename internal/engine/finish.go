@@ -26,7 +26,8 @@ func (s *Session) report() {
 		note = note[:contract.MaxProgressNoteBytes]
 	}
 	s.cfg.Progress.Report(contract.Progress{Attempt: s.cfg.Attempt, Turn: s.state.Turn, LastNote: note,
-		Tokens: s.state.Usage.PromptTokens + s.state.Usage.CompletionTokens, LastTool: s.lastTool, UpdatedAt: s.cfg.Clock.Now().UTC().Format(time.RFC3339)})
+		Tokens: s.state.Usage.PromptTokens + s.state.Usage.CompletionTokens, LastTool: s.lastTool, UpdatedAt: s.cfg.Clock.Now().UTC().Format(time.RFC3339),
+		Steered: s.state.Steered})
 }
 
 func (s *Session) addUsage(u provider.Usage) {
@@ -45,7 +46,7 @@ func (s *Session) finish(ctx context.Context, end *Ending) contract.TerminationM
 	m := contract.TerminationMessage{
 		Sentinel: end.Sentinel, Recap: s.cfg.Redactor.String(recap), ExitReason: end.Reason,
 		Retryable: end.Sentinel == contract.Stuck && end.Retryable, Turns: s.state.Turn, Usage: s.state.Usage, Jobs: s.state.Jobs,
-		SystemPromptSHA256: s.systemSHA256,
+		SystemPromptSHA256: s.systemSHA256, Steered: s.state.Steered,
 	}
 	if m.Sentinel == contract.Wait {
 		m.FollowUp = s.state.FollowUp

@@ -18,7 +18,10 @@ func (s *Session) Run(ctx context.Context) contract.TerminationMessage {
 		if end := s.checkLimits(ctx); end != nil {
 			return s.finish(ctx, end)
 		}
-		// 2. Prepare the request: repair pairing, compact, preflight.
+		// 2. Prepare the request: messages delivered into the session (the
+		//    inbox: steer runs) join the transcript; repair pairing,
+		//    compact, preflight.
+		s.takeInbox(ctx)
 		req, end := s.prepare(ctx)
 		if end != nil {
 			return s.finish(ctx, end)

@@ -42,6 +42,11 @@ type State struct {
 	// Responses API's stored responses: provider.Chained), so a resumed
 	// attempt continues it rather than sending the transcript again.
 	Chain json.RawMessage `json:"chain,omitempty"`
+	// Steered counts the steer messages the session has: those its opening
+	// message carried (cmd/loop starts it there) and those the inbox
+	// delivered since. The inbox delivers the ones after it; progress
+	// reports it as status.progress.steered.
+	Steered int `json:"steered,omitempty"`
 }
 
 // Plan is what update_progress writes (docs/rig-contract.md, "Engine-side tools").

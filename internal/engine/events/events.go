@@ -33,6 +33,7 @@ const (
 	TypeError        = "error"
 	TypeCompaction   = "compaction"
 	TypeDone         = "done"
+	TypeInbox        = "inbox"
 )
 
 // MaxResultText bounds the tool result text carried by an event.
@@ -125,6 +126,13 @@ func SessionStart(run string, attempt int, providerName, model string, tools []s
 // request, and its hash (the termination message carries the hash too).
 func SystemPrompt(text, sha256 string) Event {
 	return Event{Stream: StreamLifecycle, Type: TypeSystemPrompt, Text: text, SHA256: sha256}
+}
+
+// Inbox is a message delivered into the running session (a steer run's
+// trigger): from names the run it came from, text is the user message the
+// model reads.
+func Inbox(turn int, from, text string) Event {
+	return Event{Stream: StreamLifecycle, Type: TypeInbox, Turn: turn, Run: from, Text: text}
 }
 
 // TextDelta is a piece of the assistant's text.
