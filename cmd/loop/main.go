@@ -21,6 +21,7 @@ import (
 	"github.com/clawfarm/clawfarm/internal/engine/compaction"
 	"github.com/clawfarm/clawfarm/internal/engine/events"
 	"github.com/clawfarm/clawfarm/internal/engine/hooks"
+	"github.com/clawfarm/clawfarm/internal/engine/policies"
 	"github.com/clawfarm/clawfarm/internal/engine/redact"
 	"github.com/clawfarm/clawfarm/internal/engine/tokens"
 	"github.com/clawfarm/clawfarm/internal/progress"
@@ -73,6 +74,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return badConfig(cfg, err, stderr)
 	}
 
+	clk := sessionClock
+	if clk == nil {
+		clk = engine.RealClock{}
+	}
+	toolPolicies, approver, err := toolPoliciesFor(cfg, clk, logf)
+	if err != nil {
+		return badConfig(cfg, err, stderr)
+	}
+
 	var sink engine.ProgressSink
 	var patcher *progress.Patcher
 	if cfg.Run != "" {
@@ -93,11 +103,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		// The reply, its thinking, and a fold stay free in the context window.
 		ReplyReserve: maxOut + cfg.ThinkingBudgetTokens + tokens.FoldReserve,
 		Provider:     model, Progress: sink, Redactor: red,
-		Hooks: hooks.NewDenyTools(cfg.DenyTools), Clock: sessionClock,
+		Hooks:    hooks.Chain{hooks.NewDenyTools(cfg.DenyTools), policies.ToolPolicies{P: toolPolicies}},
+		Approver: approver, Clock: clk,
 		Logf: logf,
-	}
-	if ec.Clock == nil {
-		ec.Clock = engine.RealClock{}
 	}
 	if at, keep := cfg.fold(); at > 0 {
 		ec.Compactor = compaction.Policy{At: at, Keep: keep}

@@ -13,6 +13,7 @@ import (
 	"github.com/clawfarm/clawfarm/internal/engine/hooks"
 	"github.com/clawfarm/clawfarm/internal/provider"
 	"github.com/clawfarm/clawfarm/internal/rig"
+	"github.com/clawfarm/clawfarm/internal/rig/listing"
 )
 
 // dispatch runs a well-shaped turn's calls in order. Every call gets exactly
@@ -27,7 +28,7 @@ func (s *Session) dispatch(ctx context.Context, calls []provider.ToolCall) *Endi
 	)
 	var broken error // the rig is gone or the context ended mid-call: no later call runs
 	for _, c := range calls {
-		hc := hooks.ToolCall{Turn: s.state.Turn, ID: c.ID, Name: c.Name, Args: json.RawMessage(c.Arguments)}
+		hc := hooks.ToolCall{Turn: s.state.Turn, ID: c.ID, Name: c.Name, Args: json.RawMessage(c.Arguments), Screen: s.screen}
 		s.emit(events.ToolStart(s.state.Turn, c.Name, c.ID, hc.Args))
 		var (
 			res            hooks.ToolResult
@@ -56,6 +57,9 @@ func (s *Session) dispatch(ctx context.Context, calls []provider.ToolCall) *Endi
 			acted = !blocked && !fault
 			modelFault = fault
 			s.countToolResult(c.Name, res.IsError || blocked || fault, res.Text)
+		}
+		if screen := listing.Parse(res.Text); screen != nil {
+			s.screen = screen
 		}
 		s.cfg.Hooks.AfterToolCall(ctx, hc, res)
 		s.cfg.Hooks.ToolResultPersist(ctx, hc, &res)
@@ -107,12 +111,21 @@ func (s *Session) runCall(ctx context.Context, hc hooks.ToolCall, rawArgs string
 		return hooks.ToolResult{IsError: true, Text: fmt.Sprintf("not run: %s. You sent: %s", verr, rawArgs)}, false, true, nil, nil
 	}
 	hc.Args = args
-	if d := s.cfg.Hooks.BeforeToolCall(ctx, hc); d.Block {
+	d := s.cfg.Hooks.BeforeToolCall(ctx, hc)
+	if d.Block {
 		reason := d.Reason
 		if reason == "" {
 			reason = hc.Name + " was blocked by policy"
 		}
 		return hooks.ToolResult{IsError: true, Text: "blocked: " + reason}, true, false, nil, nil
+	}
+	if d.Approve != nil {
+		if denied := s.awaitApproval(ctx, hc, d.Approve); denied != "" {
+			return hooks.ToolResult{IsError: true, Text: denied}, true, false, nil, nil
+		}
+		if err := ctx.Err(); err != nil { // cancelled while a person decided: the call does not run
+			return hooks.ToolResult{}, false, false, nil, err
+		}
 	}
 	if isLocal {
 		out := local.Run(ctx, &Call{Turn: s.state.Turn, ID: hc.ID, Name: hc.Name, Args: args, State: s.state})

@@ -28,6 +28,7 @@ import (
 	"github.com/clawfarm/clawfarm/internal/engine/validate"
 	"github.com/clawfarm/clawfarm/internal/provider"
 	"github.com/clawfarm/clawfarm/internal/rig"
+	"github.com/clawfarm/clawfarm/internal/rig/listing"
 )
 
 // Rig is what the loop needs of the rig client.
@@ -76,13 +77,18 @@ type Approver interface {
 
 // ApprovalRequest is a call held for approval.
 type ApprovalRequest struct {
-	Turn    int
-	CallID  string
-	Tool    string
-	Args    json.RawMessage
-	Policy  string
-	Rule    string
-	Message string
+	ID       string
+	Turn     int
+	CallID   string
+	Tool     string
+	Args     json.RawMessage
+	Policy   string
+	Rule     string
+	Message  string
+	Deadline time.Time // no answer by then is a deny
+	// Heartbeat renews the session's progress heartbeat; the Approver calls
+	// it while it waits, from the goroutine that called Await.
+	Heartbeat func()
 }
 
 // ApprovalAnswer is a person's answer, or the deny a timeout stands for.
@@ -196,6 +202,10 @@ type Session struct {
 	lastChance   bool
 	overflows    int
 	requestBytes []int // per turn, for the benchmark
+
+	screen    []listing.Element  // the latest listing a tool result carried (the tool policies read it)
+	approval  *contract.Approval // the call held for a person's answer, published in progress
+	approvals int                // approval requests so far, for their ids
 }
 
 // New prepares a session.

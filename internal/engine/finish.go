@@ -27,7 +27,7 @@ func (s *Session) report() {
 	}
 	s.cfg.Progress.Report(contract.Progress{Attempt: s.cfg.Attempt, Turn: s.state.Turn, LastNote: note,
 		Tokens: s.state.Usage.PromptTokens + s.state.Usage.CompletionTokens, LastTool: s.lastTool, UpdatedAt: s.cfg.Clock.Now().UTC().Format(time.RFC3339),
-		Steered: s.state.Steered})
+		Steered: s.state.Steered, Approval: s.approval})
 }
 
 func (s *Session) addUsage(u provider.Usage) {

@@ -34,6 +34,9 @@ const (
 	TypeCompaction   = "compaction"
 	TypeDone         = "done"
 	TypeInbox        = "inbox"
+	// A tool call a ToolPolicy held for a person, and the answer.
+	TypeApprovalRequested = "approval_requested"
+	TypeApprovalAnswered  = "approval_answered"
 )
 
 // MaxResultText bounds the tool result text carried by an event.
@@ -66,6 +69,16 @@ type Event struct {
 	IsError bool            `json:"isError,omitempty"`
 	Images  int             `json:"images,omitempty"`
 	Blocked bool            `json:"blocked,omitempty"`
+
+	// approval_requested, approval_answered: the policy and rule that held
+	// the call, the request's id, and the answer: who, approved or not,
+	// after how long (Text is the rule's message, then the answer's reason).
+	Policy     string `json:"policy,omitempty"`
+	Rule       string `json:"rule,omitempty"`
+	ApprovalID string `json:"approvalId,omitempty"`
+	By         string `json:"by,omitempty"`
+	Approved   *bool  `json:"approved,omitempty"`
+	WaitedMs   int64  `json:"waitedMs,omitempty"`
 
 	// error
 	Class     string `json:"class,omitempty"`
@@ -133,6 +146,19 @@ func SystemPrompt(text, sha256 string) Event {
 // model reads.
 func Inbox(turn int, from, text string) Event {
 	return Event{Stream: StreamLifecycle, Type: TypeInbox, Turn: turn, Run: from, Text: text}
+}
+
+// ApprovalRequested is a call a ToolPolicy held for a person's answer.
+func ApprovalRequested(turn int, id, tool, callID string, args json.RawMessage, policy, rule, message string) Event {
+	return Event{Stream: StreamTool, Type: TypeApprovalRequested, Turn: turn, ApprovalID: id, Tool: tool, CallID: callID, Args: args,
+		Policy: policy, Rule: rule, Text: message}
+}
+
+// ApprovalAnswered is the answer: by whom (empty when none came in time),
+// approved or not, the reason, and how long the session waited.
+func ApprovalAnswered(turn int, id, tool, callID, by string, approved bool, reason string, waited time.Duration) Event {
+	return Event{Stream: StreamTool, Type: TypeApprovalAnswered, Turn: turn, ApprovalID: id, Tool: tool, CallID: callID,
+		By: by, Approved: &approved, Text: reason, WaitedMs: waited.Milliseconds()}
 }
 
 // TextDelta is a piece of the assistant's text.

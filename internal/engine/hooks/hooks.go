@@ -10,9 +10,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/provider"
+	"github.com/clawfarm/clawfarm/internal/rig/listing"
 )
 
 // Session describes a session at its start.
@@ -30,6 +32,9 @@ type ToolCall struct {
 	ID   string
 	Name string
 	Args json.RawMessage
+	// Screen is the latest element listing the session saw before the
+	// call (nil: none yet).
+	Screen []listing.Element
 }
 
 // ToolResult is a call's result. ToolResultPersist may change it.
@@ -40,10 +45,21 @@ type ToolResult struct {
 }
 
 // Decision is BeforeToolCall's answer. Block with a reason stops the call;
-// the model reads the reason as the call's error result.
+// the model reads the reason as the call's error result. Approve holds the
+// call until a person answers (the engine asks its Approver); a block from
+// any hook still wins over it.
 type Decision struct {
-	Block  bool
-	Reason string
+	Block   bool
+	Reason  string
+	Approve *Approval
+}
+
+// Approval is why a call waits for a person, and how long it may.
+type Approval struct {
+	Policy  string
+	Rule    string
+	Message string
+	Timeout time.Duration
 }
 
 // Compaction describes one compaction cycle.
@@ -90,14 +106,20 @@ func (c Chain) SessionStart(ctx context.Context, s Session) {
 }
 
 // BeforeToolCall stops at the first block: a block is final, and a
-// "don't block" answer never clears an earlier one.
+// "don't block" answer never clears an earlier one. Without a block, the
+// first hook that asks for approval decides.
 func (c Chain) BeforeToolCall(ctx context.Context, call ToolCall) Decision {
+	var approve *Approval
 	for _, h := range c {
-		if d := h.BeforeToolCall(ctx, call); d.Block {
+		d := h.BeforeToolCall(ctx, call)
+		if d.Block {
 			return d
 		}
+		if approve == nil {
+			approve = d.Approve
+		}
 	}
-	return Decision{}
+	return Decision{Approve: approve}
 }
 
 // AfterToolCall runs every hook.

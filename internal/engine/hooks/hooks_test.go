@@ -27,3 +27,26 @@ func TestChainBlockIsFinal(t *testing.T) {
 		t.Error("deny-list")
 	}
 }
+
+type approver struct {
+	Base
+	rule string
+}
+
+func (a approver) BeforeToolCall(context.Context, ToolCall) Decision {
+	return Decision{Approve: &Approval{Rule: a.rule}}
+}
+
+// Without a block the first hook that asks for approval decides; a block
+// from any hook, before or after it, wins.
+func TestChainApprovalYieldsToABlock(t *testing.T) {
+	calls := 0
+	d := Chain{approver{rule: "first"}, approver{rule: "second"}, blocker{calls: &calls}}.BeforeToolCall(context.Background(), ToolCall{})
+	if d.Block || d.Approve == nil || d.Approve.Rule != "first" {
+		t.Errorf("approvals only: %+v", d)
+	}
+	d = Chain{approver{rule: "first"}, blocker{block: true, calls: &calls}}.BeforeToolCall(context.Background(), ToolCall{})
+	if !d.Block || d.Approve != nil {
+		t.Errorf("approval then block: %+v, want the block", d)
+	}
+}

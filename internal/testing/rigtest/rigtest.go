@@ -18,6 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/clawfarm/clawfarm/internal/contract"
+	"github.com/clawfarm/clawfarm/internal/rig/listing"
 )
 
 // Instructions is the fake rig's doctrine text.
@@ -35,9 +36,10 @@ type Rig struct {
 	Busy atomic.Int32
 	// Fail makes every call of the named tool return an error result.
 	Fail  sync.Map
-	calls atomic.Int64
-	mu    sync.Mutex
-	log   []string
+	calls  atomic.Int64
+	mu     sync.Mutex
+	log    []string
+	screen string // the listing rows every call returns (SetScreen)
 	down  atomic.Bool
 }
 
@@ -90,6 +92,14 @@ func (r *Rig) SetDown(down bool) {
 // Calls is the number of tool calls served.
 func (r *Rig) Calls() int64 { return r.calls.Load() }
 
+// SetScreen sets the listing rows every call returns from now on (after
+// the listing header), e.g. `0 [text] "Pay now" [0.300,0.800,0.700,0.860] 0.97`.
+func (r *Rig) SetScreen(rows string) {
+	r.mu.Lock()
+	r.screen = rows
+	r.mu.Unlock()
+}
+
 // Log lists the calls served, as "name args".
 func (r *Rig) Log() []string {
 	r.mu.Lock()
@@ -109,7 +119,13 @@ func (r *Rig) handle(name string, args json.RawMessage) *mcp.CallToolResult {
 	if _, fail := r.Fail.Load(name); fail {
 		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: name + " failed: the stylus did not reach the screen"}}}
 	}
-	text := fmt.Sprintf("%s done (call %d)\nscreen: changed\n0 [text] \"Settings\" [0.510,0.550,0.590,0.630] 0.96", name, n)
+	r.mu.Lock()
+	rows := r.screen
+	r.mu.Unlock()
+	if rows == "" {
+		rows = `0 [text] "Settings" [0.510,0.550,0.590,0.630] 0.96`
+	}
+	text := fmt.Sprintf("%s done (call %d)\nscreen: changed\n%s\n%s", name, n, listing.Header, rows)
 	return &mcp.CallToolResult{Content: []mcp.Content{
 		&mcp.TextContent{Text: text},
 		&mcp.ImageContent{MIMEType: "image/jpeg", Data: r.JPEG},

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/clawfarm/clawfarm/internal/engine"
+	"github.com/clawfarm/clawfarm/internal/progress"
+	"github.com/clawfarm/clawfarm/internal/toolpolicy"
+)
+
+// annotatedRun serves the run's JSON with the annotations set so far;
+// answerAt is the read (from 1) from which answer applies.
+type annotatedRun struct {
+	mu       sync.Mutex
+	reads    int
+	answerAt int
+	answer   map[string]string
+	fail     bool
+}
+
+func (r *annotatedRun) read(context.Context) ([]byte, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reads++
+	if r.fail && r.reads == 1 {
+		return nil, errors.New("the API server is restarting")
+	}
+	ann := map[string]string{}
+	if r.answerAt > 0 && r.reads >= r.answerAt {
+		ann = r.answer
+	}
+	return json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
+}
+
+func TestRunApprover(t *testing.T) {
+	start := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	req := func(id string, timeout time.Duration) engine.ApprovalRequest {
+		return engine.ApprovalRequest{ID: id, Tool: "tap", Deadline: start.Add(timeout)}
+	}
+	for _, c := range []struct {
+		name  string
+		run   *annotatedRun
+		want  engine.ApprovalAnswer
+		waits time.Duration
+	}{
+		{"approved on the third read", &annotatedRun{answerAt: 3, answer: map[string]string{
+			annotationApproval: "Approve/a1-t2-1", annotationApprovedBy: "alice"}}, engine.ApprovalAnswer{Approved: true, By: "alice"}, 2 * approvalPoll},
+		{"denied with a reason, after a failed read", &annotatedRun{fail: true, answerAt: 2, answer: map[string]string{
+			annotationApproval: "deny/a1-t2-1", annotationApprovedBy: "bob", annotationApprovalReason: "wrong card"}}, engine.ApprovalAnswer{By: "bob", Reason: "wrong card"}, approvalPoll},
+		{"an answer to an earlier request is no answer", &annotatedRun{answerAt: 1, answer: map[string]string{
+			annotationApproval: "Approve/a1-t1-1", annotationApprovedBy: "alice"}}, engine.ApprovalAnswer{TimedOut: true}, time.Minute},
+		{"a malformed answer is no answer", &annotatedRun{answerAt: 1, answer: map[string]string{
+			annotationApproval: "Sure/a1-t2-1"}}, engine.ApprovalAnswer{TimedOut: true}, time.Minute},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			clk := &instantClock{now: start}
+			beats := 0
+			a := &runApprover{read: c.run.read, clock: clk, allowance: time.Hour, logf: t.Logf}
+			r := req("a1-t2-1", time.Minute)
+			r.Heartbeat = func() { beats++ }
+			got := a.Await(context.Background(), r)
+			if got != c.want {
+				t.Errorf("answer %+v, want %+v", got, c.want)
+			}
+			if waited := clk.now.Sub(start); waited != c.waits {
+				t.Errorf("waited %s, want %s", waited, c.waits)
+			}
+			if c.waits == time.Minute && beats != 1 {
+				t.Errorf("%d heartbeats in a minute's wait, want 1 (every %s)", beats, approvalHeartbeat)
+			}
+		})
+	}
+
+	// The attempt's allowance bounds all its waits together.
+	clk := &instantClock{now: start}
+	a := &runApprover{read: (&annotatedRun{}).read, clock: clk, allowance: 90 * time.Second, logf: t.Logf}
+	if got := a.Await(context.Background(), req("x1", time.Minute)); !got.TimedOut {
+		t.Fatalf("first wait: %+v", got)
+	}
+	if got := a.Await(context.Background(), engine.ApprovalRequest{ID: "x2", Deadline: clk.now.Add(time.Minute)}); !got.TimedOut || clk.now.Sub(start) != 90*time.Second {
+		t.Fatalf("second wait: %+v after %s, want a timeout at the allowance (90s)", got, clk.now.Sub(start))
+	}
+	if got := a.Await(context.Background(), engine.ApprovalRequest{ID: "x3", Deadline: clk.now.Add(time.Minute)}); got.TimedOut || got.Reason == "" || clk.now.Sub(start) != 90*time.Second {
+		t.Fatalf("third: %+v, want an immediate deny that says the time is spent", got)
+	}
+}
+
+// The setting: policies that may ask for approval get an approver reading
+// the run; policies that cannot, or no run, get none; a bad set is a
+// configuration error naming the rule.
+func TestToolPoliciesFor(t *testing.T) {
+	old := newRunReader
+	newRunReader = func(string) (progress.ReadFunc, error) { return (&annotatedRun{}).read, nil }
+	defer func() { newRunReader = old }()
+	set := func(action toolpolicy.Action) string {
+		s, _ := toolpolicy.Set{Policies: []toolpolicy.Policy{{Name: "p", Rules: []toolpolicy.Rule{{Name: "r", Expression: "true", Action: action}}}}}.Encode()
+		return s
+	}
+	c := config{}
+	c.Run, c.ToolPolicies = "farm/run", set(toolpolicy.Approve)
+	if _, ap, err := toolPoliciesFor(c, engine.RealClock{}, t.Logf); err != nil || ap == nil {
+		t.Errorf("Approve rules: approver %v, err %v", ap, err)
+	}
+	c.ToolPolicies = set(toolpolicy.Block)
+	if _, ap, err := toolPoliciesFor(c, engine.RealClock{}, t.Logf); err != nil || ap != nil {
+		t.Errorf("Block rules only: approver %v, err %v", ap, err)
+	}
+	c.ToolPolicies = `{"policies":[{"name":"p","rules":[{"name":"r","expression":"tool ==","action":"Block"}]}]}`
+	if _, _, err := toolPoliciesFor(c, engine.RealClock{}, t.Logf); err == nil {
+		t.Error("a rule that does not compile was accepted")
+	}
+}
