@@ -35,12 +35,12 @@ type Rig struct {
 	// Busy makes the next n gesture calls answer "busy, retry".
 	Busy atomic.Int32
 	// Fail makes every call of the named tool return an error result.
-	Fail  sync.Map
+	Fail   sync.Map
 	calls  atomic.Int64
 	mu     sync.Mutex
 	log    []string
 	screen string // the listing rows every call returns (SetScreen)
-	down  atomic.Bool
+	down   atomic.Bool
 }
 
 // New starts a fake rig.
