@@ -22,6 +22,11 @@ const (
 	// deny answers it. Its reason is ReasonApprovalRequested, or
 	// ReasonApprovalAnswered once the loop went on.
 	ConditionAwaitingApproval = "AwaitingApproval"
+	// ConditionJoined is True while the run's trigger is part of another
+	// run's session (status.collectedInto or status.steeredInto; reason
+	// ReasonCollected or ReasonSteered), and False with reason
+	// ReasonSteerUndelivered once a steer run went back to the queue.
+	ConditionJoined = "Joined"
 )
 
 // Condition types of a DeviceRig.
@@ -74,6 +79,9 @@ const (
 	ReasonCollected = "Collected"
 	// ReasonSteered: a steer run was delivered into a running session.
 	ReasonSteered = "Steered"
+	// ReasonSteerUndelivered: the session a steer run joined ended before
+	// its loop read the run's message; the run queues again as a plain run.
+	ReasonSteerUndelivered = "SteerUndelivered"
 )
 
 // Reasons of the Finished condition besides ReasonWaiting and ReasonCancelled:

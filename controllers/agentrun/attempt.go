@@ -43,7 +43,7 @@ func (s *step) advance(ctx context.Context) (then, error) {
 			return writeNow, err
 		case c == queuedLater:
 			return deferStatus, nil
-		case c == queued:
+		case c == queued, c == steeredIn:
 			return writeNow, nil
 		}
 		leasedNow = true
@@ -154,6 +154,11 @@ func (s *step) startAttempt(ctx context.Context, leasedNow bool) (then, error) {
 		s.ev.podCreateFailed(s.run, errors.New(why))
 		s.finishWith(farmv1.RunFailed, farmv1.ReasonInvalidConfig, why)
 		return writeNow, s.releaseRig(ctx)
+	}
+	// A collect run's first attempt takes the waiting collect runs into its
+	// session first (joined.go): the pod's opening message numbers them all.
+	if err := s.collect(ctx); err != nil {
+		return writeNow, err
 	}
 	pod := attempt.BuildPod(attempt.Spec{
 		Run: s.run, Rig: s.rig, Attempt: next.Attempt, Retry: next.Retry, Resume: next.Resume, Defaults: s.r.Config.Loop,

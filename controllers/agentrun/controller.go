@@ -186,6 +186,8 @@ func (s *step) act(ctx context.Context) (then, error) {
 	switch {
 	case s.stopReason() != nil && !s.run.Status.Phase.Finished():
 		return writeNow, s.stop(ctx)
+	case !s.run.Status.Phase.Finished() && (s.run.Status.CollectedInto != "" || s.run.Status.SteeredInto != ""):
+		return writeNow, s.follow(ctx) // joined.go: a run whose trigger is in another run's session
 	case s.run.Status.Phase == farmv1.RunWaiting:
 		return writeNow, s.followUp(ctx)
 	case s.run.Status.Phase.Finished():

@@ -107,3 +107,23 @@ func (r recorder) followUpRenamed(run *farmv1.AgentRun, planned, name string) {
 func (r recorder) followUpCancelled(run *farmv1.AgentRun, why string) {
 	r.normal(run, nil, farmv1.EventFollowUpCancelled, "CancelFollowUp", "%s", why)
 }
+
+func (r recorder) collectedRuns(run *farmv1.AgentRun, rig string, names []string) {
+	r.normal(run, nil, farmv1.ReasonCollected, "Collect", "collected %d waiting runs into this session on rig %s: %s", len(names), rig, runNames(names))
+}
+
+func (r recorder) collected(run *farmv1.AgentRun, into, rig string, task int) {
+	r.normal(run, nil, farmv1.ReasonCollected, "Collect", "collected into run %s's session on rig %s as task %d; this run ends with that session's outcome", into, rig, task)
+}
+
+func (r recorder) steered(run *farmv1.AgentRun, into, rig string) {
+	r.normal(run, nil, farmv1.ReasonSteered, "Steer", "steered into run %s's running session on rig %s; this run ends with that session's outcome", into, rig)
+}
+
+func (r recorder) steerJoined(run *farmv1.AgentRun, from string, n int) {
+	r.normal(run, nil, farmv1.ReasonSteered, "Steer", "run %s steered into this session (steer message %d): the loop reads it at its next turn", from, n)
+}
+
+func (r recorder) steerUndelivered(run *farmv1.AgentRun, why string) {
+	r.warning(run, nil, farmv1.ReasonSteerUndelivered, "Steer", "%s", why)
+}

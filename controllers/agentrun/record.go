@@ -97,6 +97,14 @@ func (s *step) record(ctx context.Context, pod *corev1.Pod, o attempt.Outcome) {
 	if o.Message != nil && len(o.Message.Jobs) > 0 {
 		s.materialiseJobs(ctx, pod.Labels[farmv1.LabelRig], o)
 	}
+	if m := o.Message; m != nil && m.Steered > 0 {
+		// The loop's count of steer messages, which its last progress patch
+		// may not have carried: steer runs end with the session by it.
+		if s.run.Status.Progress == nil {
+			s.run.Status.Progress = &farmv1.RunProgress{}
+		}
+		s.run.Status.Progress.Steered = max(s.run.Status.Progress.Steered, int32(m.Steered))
+	}
 	v := attempt.Apply(s.run, rec, o)
 	if c := s.stopReason(); o.Class == farmv1.OutcomeCancelled && c != nil && c.phase != farmv1.RunCancelled {
 		// The attempt was stopped for the run's deadline, not by spec.cancel:

@@ -28,6 +28,8 @@ const (
 	queuedLater
 	// took: the run holds a rig.
 	took
+	// steeredIn: a steer run joined the rig's running session (steer.go).
+	steeredIn
 )
 
 // acquire queues the run for a rig, FIFO per rig, and takes the first free
@@ -44,6 +46,9 @@ func (s *step) acquire(ctx context.Context) (claim, error) {
 			return queued, nil
 		}
 		s.wake(deadline)
+	}
+	if joined, err := s.steer(ctx); err != nil || joined {
+		return steeredIn, err
 	}
 	c, err := s.candidates(ctx)
 	if err != nil {

@@ -52,6 +52,7 @@ func (r *Reconciler) watch(mgr ctrl.Manager) error {
 		}))).
 		Watches(&farmv1.DeviceRig{}, wakeQueue).
 		Watches(&farmv1.AgentRun{}, handler.EnqueueRequestsFromMapFunc(parentOf)).
+		Watches(&farmv1.AgentRun{}, handler.EnqueueRequestsFromMapFunc(joinedOf)).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.runsOnNode)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.Config.MaxConcurrentReconciles)}).
 		Named("agentrun").
@@ -95,6 +96,20 @@ func parentOf(_ context.Context, o client.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: p}}}
 	}
 	return nil
+}
+
+// joinedOf maps a session's run to the runs that joined it (status.joined),
+// which follow it.
+func joinedOf(_ context.Context, o client.Object) []reconcile.Request {
+	run, ok := o.(*farmv1.AgentRun)
+	if !ok {
+		return nil
+	}
+	var reqs []reconcile.Request
+	for _, j := range run.Status.Joined {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: run.Namespace, Name: j.Name}})
+	}
+	return reqs
 }
 
 // runsOnNode maps a Node to the runs with attempt pods on it.

@@ -86,11 +86,13 @@ func (s Spec) Settings() contract.Settings {
 		fold = fmt.Sprintf("%d/%d", f.AtTurns, f.KeepTurns)
 	}
 	left, _ := RunInputTokensLeft(run)
+	trigger, steered := Opening(run)
 	return contract.Settings{
 		Run:            run.Namespace + "/" + run.Name,
 		Attempt:        int(s.Attempt),
 		RigEndpoint:    s.Rig.Spec.Endpoint.URL,
-		Trigger:        run.Spec.Trigger,
+		Trigger:        trigger,
+		Steered:        steered,
 		ModelProvider:  string(run.Spec.Model.Provider),
 		Model:          run.Spec.Model.Name,
 		ModelBaseURL:   run.Spec.Model.BaseURL,
