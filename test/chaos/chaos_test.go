@@ -36,7 +36,6 @@ import (
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -170,17 +169,22 @@ func (h *harness) intn(n int) int {
 }
 
 // newRun is run i: its name says its scripted story (done, fail, stuck,
-// wait, idle), on a round-robin rig.
+// wait, idle), on a round-robin rig. Three runs in ten meet others: two
+// collect runs (one DONE, one STUCK first), which join the session of an
+// older collect run waiting for the same rig, and a steer run, which joins
+// the session running on its rig when it comes.
 func (h *harness) newRun(i int) *farmv1.AgentRun {
 	story := []string{"done", "fail", "stuck", "wait", "idle", "done", "wait", "done", "stuck", "done"}[i%10]
+	mode := []farmv1.QueueMode{9: farmv1.QueueModeSteer, 5: farmv1.QueueModeCollect, 8: farmv1.QueueModeCollect}[i%10]
 	return &farmv1.AgentRun{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("%s-%03d", story, i)},
 		Spec: farmv1.AgentRunSpec{
-			RigRef:   &farmv1.RigReference{Name: rigName(i % (h.sc.rigs + h.sc.rignodeRigs))},
-			Trigger:  "chaos",
-			Model:    farmv1.ModelSpec{Provider: "openai-compatible", Name: "sim/chaos", BaseURL: "http://127.0.0.1:1/v1"},
-			Limits:   farmv1.RunLimits{MaxAttempts: 2},
-			FollowUp: farmv1.FollowUpPolicy{MaxChain: ptr.To[int32](1), DefaultDelayMinutes: 1},
+			RigRef:    &farmv1.RigReference{Name: rigName(i % (h.sc.rigs + h.sc.rignodeRigs))},
+			Trigger:   "chaos",
+			QueueMode: mode,
+			Model:     farmv1.ModelSpec{Provider: "openai-compatible", Name: "sim/chaos", BaseURL: "http://127.0.0.1:1/v1"},
+			Limits:    farmv1.RunLimits{MaxAttempts: 2},
+			FollowUp:  farmv1.FollowUpPolicy{MaxChain: ptr.To[int32](1), DefaultDelayMinutes: 1},
 		},
 	}
 }
@@ -216,8 +220,11 @@ func (h *harness) script(pod *corev1.Pod) fakekubelet.Ending {
 	return e
 }
 
+// ending is a loop's ending: the first steer message that came into its
+// session counts as read, a later one did not reach it (and its run queues
+// again).
 func ending(s contract.Sentinel, after time.Duration) fakekubelet.Ending {
-	m := contract.TerminationMessage{Sentinel: s, Retryable: true, Recap: "chaos " + string(s), ExitReason: contract.ReasonEndTurn, Turns: 3}
+	m := contract.TerminationMessage{Sentinel: s, Retryable: true, Recap: "chaos " + string(s), ExitReason: contract.ReasonEndTurn, Turns: 3, Steered: 1}
 	b, _ := m.Encode()
 	return fakekubelet.Ending{After: after, ExitCode: int32(m.ExitCode()), Message: string(b)}
 }
@@ -448,118 +455,6 @@ func (h *harness) progress(elapsed time.Duration, runs []farmv1.AgentRun, pendin
 			fmt.Println("  still", l)
 		}
 	}
-}
-
-// report prints the figures and fails unless every safety figure is 0.
-func (h *harness) report(wall time.Duration, runs []farmv1.AgentRun) {
-	t := h.t
-	byName := map[string]*farmv1.AgentRun{}
-	for i := range runs {
-		byName[runs[i].Name] = &runs[i]
-	}
-	var lost, countedTwice, beyondMax, orphanFollowUps, lostFollowUps []string
-	for i := range runs {
-		r := &runs[i]
-		if !r.Status.Phase.Finished() {
-			lost = append(lost, fmt.Sprintf("%s (%s)", r.Name, r.Status.Phase))
-		}
-		seen := map[string]bool{}
-		counted := 0
-		for _, a := range r.Status.Attempts {
-			if seen[a.Pod] {
-				countedTwice = append(countedTwice, r.Name+"/"+a.Pod)
-			}
-			seen[a.Pod] = true
-			if a.Counted {
-				counted++
-			}
-		}
-		if counted > int(r.Spec.Limits.MaxAttempts) || r.Status.Attempt > r.Spec.Limits.MaxAttempts {
-			beyondMax = append(beyondMax, fmt.Sprintf("%s (%d counted, attempt %d)", r.Name, counted, r.Status.Attempt))
-		}
-		if p := r.Labels[farmv1.LabelParent]; p != "" {
-			parent := byName[p]
-			if (parent == nil || parent.Status.Phase == farmv1.RunCancelled) && r.Status.Phase != farmv1.RunCancelled {
-				orphanFollowUps = append(orphanFollowUps, r.Name)
-			}
-		}
-		if r.Status.Sentinel == string(contract.Wait) && r.Status.Phase != farmv1.RunCancelled && r.Labels[farmv1.LabelParent] == "" {
-			if fu := r.Status.FollowUp; fu == nil || fu.Run == "" || byName[fu.Run] == nil {
-				lostFollowUps = append(lostFollowUps, r.Name)
-			}
-		}
-	}
-	var leases coordinationv1.LeaseList
-	if err := h.c.List(context.Background(), &leases, client.InNamespace(ns), client.HasLabels{farmv1.LabelRunUID}); err != nil {
-		t.Fatal(err)
-	}
-	var held []string
-	for _, l := range leases.Items {
-		held = append(held, l.Name)
-	}
-	double := h.kubelet.Violations()
-	created := map[string]time.Time{}
-	for i := range runs {
-		created[runs[i].Name] = runs[i].CreationTimestamp.Time
-	}
-	gaps := rigFreeToNextPod(h.kubelet.Ledger(), created)
-	h.mu.Lock()
-	cancels, kills, partitions := len(h.cancelled), h.userKills, h.partitions
-	h.mu.Unlock()
-
-	h.agent.mu.Lock()
-	agentKills, agentPauses := h.agent.kills, h.agent.pauses
-	h.agent.mu.Unlock()
-	fmt.Printf("\nclawfarm chaos: %d rigs (+%d on a real rignode), %d runs (+%d follow-ups), %d cancelled, %d pods deleted by a user,\n"+
-		"  %d manager SIGKILLs (every %s), %d node partitions (every %s, %s–%s each),\n"+
-		"  %d rignode SIGKILLs (every %s, down 5 s), %d rignode pauses (%s)\n",
-		h.sc.rigs, h.sc.rignodeRigs, h.sc.runs, len(runs)-h.sc.runs, cancels, kills, h.managerKills, h.sc.killEvery,
-		partitions, h.sc.partitionEvery, h.sc.partitionMin, h.sc.partitionMax,
-		agentKills, h.sc.rignodeKillEvery, agentPauses, h.sc.pauseFor)
-	figure := func(name string, bad []string) {
-		fmt.Printf("  %-44s %d", name, len(bad))
-		if len(bad) > 0 {
-			fmt.Printf("   %s", strings.Join(bad[:min(len(bad), 5)], ", "))
-			t.Errorf("%s: %d (%s)", name, len(bad), strings.Join(bad, ", "))
-		}
-		fmt.Println()
-	}
-	figure("double sessions (the kubelet's process ledger)", double)
-	figure("double sessions (rignode rigs' locks)", h.agent.overlaps())
-	figure("lost runs (never finished)", lost)
-	figure("attempts recorded twice", countedTwice)
-	figure("attempts beyond maxAttempts", beyondMax)
-	figure("follow-ups of cancelled or deleted parents", orphanFollowUps)
-	figure("follow-ups lost (a WAIT with no child)", lostFollowUps)
-	figure("Leases held at the end", held)
-	fmt.Printf("  %-44s %.1f s\n", "wall time", wall.Seconds())
-	fmt.Printf("  %-44s %.1f\n", "runs per minute", float64(len(runs))/wall.Minutes())
-	if len(gaps) > 0 {
-		fmt.Printf("  %-44s p50 %.2f s   p99 %.2f s   (%d hand-overs)\n", "rig free → next pod", pct(gaps, 50).Seconds(), pct(gaps, 99).Seconds(), len(gaps))
-	}
-}
-
-// rigFreeToNextPod is, for every rig, the time from one process's end to
-// the next one's start, when the next one's run already existed as the rig
-// came free (a follow-up created a minute later is not a slow hand-over).
-func rigFreeToNextPod(ledger map[string][]fakekubelet.Interval, created map[string]time.Time) []time.Duration {
-	var out []time.Duration
-	for _, ivs := range ledger {
-		for i := 1; i < len(ivs); i++ {
-			prev, next := ivs[i-1], ivs[i]
-			_, pod, _ := strings.Cut(next.Pod, "/")
-			run := pod[:strings.LastIndex(pod, "-a")]
-			if c, ok := created[run]; !prev.End.IsZero() && ok && !c.After(prev.End) {
-				out = append(out, next.Start.Sub(prev.End))
-			}
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
-	return out
-}
-
-func pct(sorted []time.Duration, p int) time.Duration {
-	return sorted[min(len(sorted)-1, len(sorted)*p/100)]
 }
 
 func rigName(i int) string  { return fmt.Sprintf("rig-%03d", i) }
