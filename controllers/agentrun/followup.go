@@ -69,7 +69,7 @@ func (s *step) followUp(ctx context.Context) error {
 	}
 	next.Name = name
 
-	trigger := followup.WaitTrigger(s.run, next, fu.Context)
+	trigger := followup.WaitTrigger(sessionTask(s.run), next, fu.Context)
 	want := followup.ChildRun(s.run, next, trigger)
 	fallbackAt := fu.FireTime.Add(followup.StartingDeadlineSeconds*time.Second + followup.FallbackSlack)
 	if !s.now.Before(fallbackAt) {

@@ -16,6 +16,7 @@ import (
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/internal/attempt"
 	"github.com/clawfarm/clawfarm/internal/conditions"
+	"github.com/clawfarm/clawfarm/internal/followup"
 )
 
 // Queue modes (spec.queueMode). A queue run waits its turn and gets a
@@ -294,6 +295,19 @@ func joinedIndex(h *farmv1.AgentRun, name string, mode farmv1.QueueMode) int {
 // recorded, its termination message) counts them.
 func delivered(h *farmv1.AgentRun, idx int) bool {
 	return h.Status.Progress != nil && int(h.Status.Progress.Steered) > idx
+}
+
+// sessionTask is the run as its WAIT follow-up sees it: when other runs
+// joined its session, its trigger is every task of the session (the opening
+// message a fresh attempt would get), so the follow-up carries them all on.
+func sessionTask(run *farmv1.AgentRun) *farmv1.AgentRun {
+	if len(run.Status.Joined) == 0 {
+		return run
+	}
+	c := run.DeepCopy()
+	c.Spec.Trigger = followup.OriginalTask(run)
+	c.Spec.Trigger, _ = attempt.Opening(c)
+	return c
 }
 
 // runNames lists names for an Event.

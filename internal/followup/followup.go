@@ -61,12 +61,12 @@ func WaitTrigger(parent *farmv1.AgentRun, n Next, context string) string {
 	if context != "" {
 		fmt.Fprintf(&b, "What it asked you to check now: %s\n", context)
 	}
-	fmt.Fprintf(&b, "The task it was working on:\n%s", originalTask(parent))
+	fmt.Fprintf(&b, "The task it was working on:\n%s", OriginalTask(parent))
 	return Clip(b.String(), MaxTriggerBytes)
 }
 
-// originalTask strips earlier follow-up preambles so chains do not nest triggers.
-func originalTask(run *farmv1.AgentRun) string {
+// OriginalTask strips earlier follow-up preambles so chains do not nest triggers.
+func OriginalTask(run *farmv1.AgentRun) string {
 	t := run.Spec.Trigger
 	const marker = "The task it was working on:\n"
 	if i := strings.LastIndex(t, marker); i >= 0 {
