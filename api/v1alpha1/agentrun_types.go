@@ -583,10 +583,6 @@ type ApprovalRequest struct {
 	// Turn of the call.
 	// +optional
 	Turn int32 `json:"turn,omitempty"`
-	// Screen is the trace link of the screen the call was made on.
-	// +kubebuilder:validation:MaxLength=1024
-	// +optional
-	Screen string `json:"screen,omitempty"`
 	// RequestedAt and DeadlineAt are RFC 3339 times.
 	// +optional
 	RequestedAt string `json:"requestedAt,omitempty"`

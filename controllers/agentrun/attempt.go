@@ -155,6 +155,14 @@ func (s *step) startAttempt(ctx context.Context, leasedNow bool) (then, error) {
 		s.finishWith(farmv1.RunFailed, farmv1.ReasonInvalidConfig, why)
 		return writeNow, s.releaseRig(ctx)
 	}
+	policies, why, err := s.toolPolicies(ctx)
+	if err != nil {
+		return writeNow, err
+	} else if why != "" {
+		s.ev.podCreateFailed(s.run, errors.New(why))
+		s.finishWith(farmv1.RunFailed, farmv1.ReasonInvalidConfig, why)
+		return writeNow, s.releaseRig(ctx)
+	}
 	// A collect run's first attempt takes the waiting collect runs into its
 	// session first (joined.go): the pod's opening message numbers them all.
 	if err := s.collect(ctx); err != nil {
@@ -162,9 +170,10 @@ func (s *step) startAttempt(ctx context.Context, leasedNow bool) (then, error) {
 	}
 	pod := attempt.BuildPod(attempt.Spec{
 		Run: s.run, Rig: s.rig, Attempt: next.Attempt, Retry: next.Retry, Resume: next.Resume, Defaults: s.r.Config.Loop,
+		ToolPolicies: policies,
 	})
 	created := false
-	err := s.r.Create(ctx, pod)
+	err = s.r.Create(ctx, pod)
 	switch {
 	case err == nil:
 		if leasedNow {

@@ -64,6 +64,7 @@ func (s *step) recordEnded(ctx context.Context) error {
 		done = append(done, ending{pod, o.Evict, gone})
 		recorded = true
 	}
+	s.noteApproval()
 	if recorded {
 		// A run that no longer needs its rig gives it back in the same write
 		// that records the outcome: the pod has terminated, the record is the

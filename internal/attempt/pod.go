@@ -12,6 +12,7 @@ import (
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/internal/contract"
+	"github.com/clawfarm/clawfarm/internal/toolpolicy"
 )
 
 const (
@@ -72,6 +73,8 @@ type Spec struct {
 	// Resume asks the loop to continue from the attempt's snapshot (after an infrastructure cut).
 	Resume   bool
 	Defaults Defaults
+	// ToolPolicies are the ToolPolicies that select the run (ToolPolicySet).
+	ToolPolicies toolpolicy.Set
 }
 
 // Settings is the loop configuration of an attempt, as the pod contract defines it.
@@ -117,7 +120,18 @@ func (s Spec) Settings() contract.Settings {
 		BootstrapDirs:        bootstrapDirs(s.bootstrapSources()),
 		SystemPromptAppend:   run.Spec.SystemPromptAppend,
 		MaxOutputTokens:      int(run.Spec.Model.MaxOutputTokens),
+		ToolPolicies:         s.toolPolicies(),
 	}
+}
+
+// toolPolicies is the setting's JSON; the controller has checked the set
+// (ToolPolicySet), so an error here cannot happen and leaves it empty.
+func (s Spec) toolPolicies() string {
+	if len(s.ToolPolicies.Policies) == 0 {
+		return ""
+	}
+	out, _ := s.ToolPolicies.Encode()
+	return out
 }
 
 // bootstrapSource is a bootstrap ConfigMap and whose it is (rig or run).
@@ -263,7 +277,10 @@ func BuildPod(s Spec) *corev1.Pod {
 		mounts = append(mounts, corev1.VolumeMount{Name: traceVolumeName, MountPath: path.Dir(contract.TraceTokenPath), ReadOnly: true})
 	}
 
-	deadline := int64(run.Spec.Limits.AttemptTimeoutSeconds) + DeadlineGraceSeconds
+	// The session clock stops while a person decides on a held call: the
+	// hard deadline has room for the waits the loop allows an attempt.
+	approvals := int64(s.ToolPolicies.LongestApprovalTimeout()) * toolpolicy.ApprovalWaitsPerAttempt
+	deadline := int64(run.Spec.Limits.AttemptTimeoutSeconds) + DeadlineGraceSeconds + approvals
 	name := PodName(run.Name, s.Attempt, s.Retry)
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{

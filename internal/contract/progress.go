@@ -31,7 +31,6 @@ type Approval struct {
 	Rule        string `json:"rule,omitempty"`
 	Message     string `json:"message,omitempty"`
 	Turn        int    `json:"turn,omitempty"`
-	Screen      string `json:"screen,omitempty"` // the trace link of the screen the call was made on
 	RequestedAt string `json:"requestedAt,omitempty"`
 	DeadlineAt  string `json:"deadlineAt,omitempty"`
 }

@@ -1,0 +1,87 @@
+package agentrun
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/internal/attempt"
+	"github.com/clawfarm/clawfarm/internal/conditions"
+	"github.com/clawfarm/clawfarm/internal/toolpolicy"
+)
+
+// +kubebuilder:rbac:groups=farm.clawfarm.dev,resources=toolpolicies,verbs=get;list;watch
+
+// toolPolicies are the namespace's ToolPolicies that select the run, as its
+// next attempt pod carries them; why says why the run cannot start with
+// them (a rule that does not compile, a set too big for the pod): a farm's
+// policy the loop could not apply must not be skipped.
+func (s *step) toolPolicies(ctx context.Context) (set toolpolicy.Set, why string, err error) {
+	var list farmv1.ToolPolicyList
+	if err := s.r.List(ctx, &list, client.InNamespace(s.run.Namespace)); err != nil {
+		return set, "", fmt.Errorf("list tool policies: %w", err)
+	}
+	set, err = attempt.ToolPolicySet(s.run, list.Items)
+	if err != nil {
+		return set, "the ToolPolicies that select this run cannot be applied: " + err.Error(), nil
+	}
+	return set, "", nil
+}
+
+// noteApproval mirrors the call the loop holds for a person
+// (status.progress.approval) in the AwaitingApproval condition, with an
+// Event when a request is new; the condition turns False once the loop
+// holds nothing, or the run has no live attempt.
+func (s *step) noteApproval() {
+	st := &s.run.Status
+	gen := s.run.Generation
+	var a *farmv1.ApprovalRequest
+	if st.Progress != nil && len(s.live) > 0 && !st.Phase.Finished() && st.Phase != farmv1.RunWaiting {
+		a = st.Progress.Approval
+	}
+	c := conditions.Get(st.Conditions, farmv1.ConditionAwaitingApproval)
+	if a == nil {
+		if c != nil && c.Status == metav1.ConditionTrue {
+			conditions.False(&st.Conditions, gen, farmv1.ConditionAwaitingApproval, farmv1.ReasonApprovalAnswered,
+				"no tool call is waiting for approval")
+		}
+		return
+	}
+	msg := approvalMessage(s.run, a, s.r.Config.Loop.TraceURL)
+	isNew := c == nil || c.Status != metav1.ConditionTrue || !strings.HasPrefix(c.Message, approvalPrefix(a))
+	conditions.True(&st.Conditions, gen, farmv1.ConditionAwaitingApproval, farmv1.ReasonApprovalRequested, msg)
+	if isNew {
+		s.ev.approvalRequested(s.run, msg)
+	}
+}
+
+func approvalPrefix(a *farmv1.ApprovalRequest) string { return "request " + a.ID + ": " }
+
+// approvalMessage tells a person what waits, where to see the screen, and
+// how to answer.
+func approvalMessage(run *farmv1.AgentRun, a *farmv1.ApprovalRequest, traceURL string) string {
+	var b strings.Builder
+	b.WriteString(approvalPrefix(a))
+	fmt.Fprintf(&b, "%s %s on turn %d needs approval (ToolPolicy %s, rule %s", a.Tool, a.Args, a.Turn, a.Policy, a.Rule)
+	if a.Message != "" {
+		b.WriteString(": " + a.Message)
+	}
+	b.WriteString("). ")
+	if traceURL != "" {
+		fmt.Fprintf(&b, "The screen: %s/runs/%s/%s#attempt-%d, or kubectl claw trace %s -n %s. ",
+			strings.TrimSuffix(traceURL, "/"), run.Namespace, run.Name, run.Status.Attempt, run.Name, run.Namespace)
+	}
+	fmt.Fprintf(&b, "Answer with kubectl claw approve %s -n %s, or kubectl claw deny %s -n %s --reason '…'", run.Name, run.Namespace, run.Name, run.Namespace)
+	if a.DeadlineAt != "" {
+		fmt.Fprintf(&b, ", by %s (then it is denied)", a.DeadlineAt)
+	}
+	return b.String()
+}
+
+func (r recorder) approvalRequested(run *farmv1.AgentRun, msg string) {
+	r.warning(run, nil, farmv1.ReasonApprovalRequested, "AwaitApproval", "%s", msg)
+}
