@@ -359,3 +359,72 @@ func patchStatus(t *testing.T, ns, name, patch string) {
 		t.Fatal(err)
 	}
 }
+
+// A collected run cancelled while its session runs ends Cancelled alone:
+// the session goes on, and its outcome does not change the cancelled run.
+func TestCancelledCollectedRunEndsAlone(t *testing.T) {
+	ns := namespace(t)
+	makeRig(t, ns, "rig", nil)
+	busy := gated(ns, "busy", ends(contract.Done, true, "busy done", 0))
+	create(t, newRun(ns, "busy", "rig"))
+	waitPhase(t, ns, "busy", farmv1.RunRunning)
+	session := gated(ns, "c1", ends(contract.Done, true, "c1 done", 0))
+	create(t, modeRun(ns, "c1", "rig", farmv1.QueueModeCollect))
+	create(t, modeRun(ns, "c2", "rig", farmv1.QueueModeCollect))
+	waitPhase(t, ns, "c2", farmv1.RunQueued)
+	busy.Store(true)
+	waitRun(t, ns, "c2", func(r *farmv1.AgentRun) bool { return r.Status.CollectedInto == "c1" })
+	waitPhase(t, ns, "c1", farmv1.RunRunning)
+	cancel(t, ns, "c2")
+	c2 := waitPhase(t, ns, "c2", farmv1.RunCancelled)
+	if c1 := getRun(t, ns, "c1"); c1.Status.Phase != farmv1.RunRunning {
+		t.Fatalf("the session ended with the cancelled run: %s", c1.Status.Phase)
+	}
+	session.Store(true)
+	waitPhase(t, ns, "c1", farmv1.RunSucceeded)
+	time.Sleep(500 * time.Millisecond) // the session's end reaches its followers
+	if after := getRun(t, ns, "c2"); after.Status.Phase != farmv1.RunCancelled || after.Status.Sentinel != c2.Status.Sentinel {
+		t.Fatalf("the cancelled run took the session's outcome: %s %q", after.Status.Phase, after.Status.Sentinel)
+	}
+}
+
+// A manager that stops between a steer run's two writes — the run marked
+// steeredInto, the holder not yet listing it — loses nothing: the next
+// manager appends it while the session runs, and the run ends with it.
+func TestSteerSurvivesAManagerStopBetweenItsWrites(t *testing.T) {
+	ns := namespace(t)
+	makeRig(t, ns, "rig", nil)
+	holder := gated(ns, "holder", ends(contract.Done, true, "did both", 0))
+	create(t, newRun(ns, "holder", "rig"))
+	waitPhase(t, ns, "holder", farmv1.RunRunning)
+	eventually(t, "the holder's loop running", func() bool {
+		p := podsOf(t, ns, "holder")
+		return len(p) == 1 && p[0].Status.Phase == corev1.PodRunning
+	})
+	stopMgr()
+	<-mgrDone
+	restarted := false
+	defer func() {
+		if !restarted {
+			stopMgr, mgrDone = startManager()
+		}
+	}()
+	s := modeRun(ns, "steer", "rig", farmv1.QueueModeSteer)
+	create(t, s)
+	s.Status.Phase, s.Status.SteeredInto = farmv1.RunRunning, "holder"
+	inProgress(s)
+	if err := k8s.Status().Update(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	stopMgr, mgrDone = startManager()
+	restarted = true
+	h := waitRun(t, ns, "holder", func(r *farmv1.AgentRun) bool { return len(r.Status.Joined) == 1 })
+	if j := h.Status.Joined[0]; j.Name != "steer" || j.Mode != farmv1.QueueModeSteer {
+		t.Fatalf("joined %+v", j)
+	}
+	patchStatus(t, ns, "holder", `{"status":{"progress":{"attempt":1,"turn":3,"steered":1}}}`)
+	holder.Store(true)
+	if done := waitPhase(t, ns, "steer", farmv1.RunSucceeded); done.Status.Recap != "did both" || len(podsOf(t, ns, "steer")) != 0 {
+		t.Fatalf("steer run: recap %q, pods %d", done.Status.Recap, len(podsOf(t, ns, "steer")))
+	}
+}
