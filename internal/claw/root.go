@@ -121,7 +121,7 @@ Exit codes of run --wait, wait and cancel --wait:
 	o.Config.AddFlags(root.PersistentFlags())
 	root.PersistentFlags().DurationVar(&o.Poll, "poll-interval", time.Second, "how often a followed run's status is read")
 	_ = root.PersistentFlags().MarkHidden("poll-interval")
-	root.AddCommand(o.newRunCommand(), o.newWaitCommand(), o.newLogsCommand(), o.newCancelCommand(), o.newRigsCommand(),
+	root.AddCommand(o.newRunCommand(), o.newWaitCommand(), o.newLogsCommand(), o.newCancelCommand(), o.newApproveCommand(), o.newDenyCommand(), o.newRigsCommand(),
 		o.newTraceCommand(), o.newUICommand())
 	return root
 }
