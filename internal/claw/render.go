@@ -145,7 +145,8 @@ func parseEvent(raw []byte) (*events.Event, bool) {
 	}
 	switch ev.Type {
 	case events.TypeSessionStart, events.TypeTextDelta, events.TypeThinking, events.TypeToolStart,
-		events.TypeToolResult, events.TypeError, events.TypeCompaction, events.TypeDone:
+		events.TypeToolResult, events.TypeError, events.TypeCompaction, events.TypeDone,
+		events.TypeApprovalRequested, events.TypeApprovalAnswered:
 		return &ev, true
 	}
 	return nil, false
@@ -180,6 +181,25 @@ func lifecycleString(ev *events.Event) string {
 		s += ": " + oneLine(ev.Text, 240)
 		if ev.RetryInMs > 0 {
 			s += fmt.Sprintf("  (retry in %s)", (time.Duration(ev.RetryInMs) * time.Millisecond).String())
+		}
+		return s
+	case events.TypeApprovalRequested:
+		s := fmt.Sprintf("? t%d %s waits for a person (ToolPolicy %s, rule %s)", ev.Turn, ev.Tool, ev.Policy, ev.Rule)
+		if ev.Text != "" {
+			s += ": " + oneLine(ev.Text, 160)
+		}
+		return s + "  (kubectl claw approve / deny)"
+	case events.TypeApprovalAnswered:
+		verdict, who := "denied", ev.By
+		if ev.Approved != nil && *ev.Approved {
+			verdict = "approved"
+		}
+		if who == "" {
+			who = "nobody in time"
+		}
+		s := fmt.Sprintf("? t%d %s %s by %s after %s", ev.Turn, ev.Tool, verdict, who, (time.Duration(ev.WaitedMs) * time.Millisecond).String())
+		if ev.Text != "" {
+			s += ": " + oneLine(ev.Text, 160)
 		}
 		return s
 	case events.TypeCompaction:

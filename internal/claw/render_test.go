@@ -166,3 +166,24 @@ func TestUsageLine(t *testing.T) {
 		}
 	}
 }
+
+// A call a ToolPolicy holds shows who is asked and who answered.
+func TestRenderApproval(t *testing.T) {
+	var buf bytes.Buffer
+	at := time.Date(2026, 11, 29, 18, 0, 0, 0, time.UTC)
+	em := events.NewEmitter(&buf, redact.New(), func() time.Time { at = at.Add(time.Second); return at })
+	em.Emit(events.ToolStart(7, contract.ToolTap, "c1", json.RawMessage(`{"bbox":[0.4,0.81,0.6,0.85]}`)))
+	em.Emit(events.ApprovalRequested(7, "a1-t7-1", contract.ToolTap, "c1", nil, "shop", "pay", "money leaves the farm"))
+	em.Emit(events.ApprovalAnswered(7, "a1-t7-1", contract.ToolTap, "c1", "bob", false, "wrong card", 95*time.Second))
+	em.Emit(events.ToolResult(7, contract.ToolTap, "c1", "denied by bob: wrong card", true, 0, true))
+	got := render(t, buf.Bytes(), false)
+	want := []string{
+		`t7   tap [0.4,0.81,0.6,0.85]  →  …`,
+		`? t7 tap waits for a person (ToolPolicy shop, rule pay): money leaves the farm  (kubectl claw approve / deny)`,
+		`? t7 tap denied by bob after 1m35s: wrong card`,
+		`t7   tap  →  blocked: denied by bob: wrong card`,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("rendered:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/engine/events"
@@ -63,6 +64,36 @@ type Call struct {
 	// BBox is the gesture's target, as fractions of the screen, when it has one.
 	BBox      *[4]float64
 	Direction string
+	// Approval is the person's say when a ToolPolicy held the call.
+	Approval *Approval
+}
+
+// Approval is a held call's request and answer, as the trace recorded them.
+type Approval struct {
+	ID, Policy, Rule, Message string
+	Answered                  bool
+	Approved                  bool
+	By, Reason                string
+	WaitedMs                  int64
+}
+
+// Summary says in one line who decided what, and after how long.
+func (a *Approval) Summary() string {
+	who := a.By
+	if who == "" {
+		who = "nobody"
+	}
+	switch {
+	case !a.Answered:
+		return fmt.Sprintf("waiting for approval (ToolPolicy %s, rule %s)", a.Policy, a.Rule)
+	case a.Approved:
+		return fmt.Sprintf("approved by %s after %s (ToolPolicy %s, rule %s)", who, time.Duration(a.WaitedMs)*time.Millisecond, a.Policy, a.Rule)
+	}
+	s := fmt.Sprintf("denied by %s after %s (ToolPolicy %s, rule %s)", who, time.Duration(a.WaitedMs)*time.Millisecond, a.Policy, a.Rule)
+	if a.Reason != "" {
+		s += ": " + a.Reason
+	}
+	return s
 }
 
 // Verdict is the call's outcome in one word.
@@ -185,6 +216,21 @@ func ReadAttempt(n int, stream io.Reader, screenFiles []string) (*AttemptTrace, 
 				t.Calls = append(t.Calls, c)
 			}
 			c.Result, c.Done, c.IsError, c.Blocked, c.Images = ev.Text, true, ev.IsError, ev.Blocked, ev.Images
+		case events.TypeApprovalRequested, events.TypeApprovalAnswered:
+			c := calls[ev.CallID]
+			if c == nil {
+				a.Unreadable++
+				break
+			}
+			if c.Approval == nil {
+				c.Approval = &Approval{ID: ev.ApprovalID, Policy: ev.Policy, Rule: ev.Rule}
+			}
+			if ev.Type == events.TypeApprovalRequested {
+				c.Approval.Message = ev.Text
+			} else {
+				c.Approval.Answered, c.Approval.By, c.Approval.Reason, c.Approval.WaitedMs = true, ev.By, ev.Text, ev.WaitedMs
+				c.Approval.Approved = ev.Approved != nil && *ev.Approved
+			}
 		case events.TypeError:
 			if ev.Turn > 0 {
 				t := turn(&ev)

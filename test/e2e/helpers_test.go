@@ -40,6 +40,7 @@ const (
 	rigHostPause
 	rigBadImage
 	rigLiveTrace
+	rigApproval
 )
 
 // slowTaps makes every touch take 5 s (100 s of rig time × rigsim's 0.05

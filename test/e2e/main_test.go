@@ -31,7 +31,7 @@ import (
 var cluster *devcluster.Cluster
 
 // rigCount is how many rigs the suite's cluster has: one per parallel test.
-const rigCount = 15
+const rigCount = 16
 
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 

@@ -15,12 +15,12 @@ const Header = `id [kind] "label" [left,top,right,bottom] conf`
 
 // Element is one row of a listing: ids are renumbered 0,1,2… every frame.
 type Element struct {
-	ID    int
-	Kind  string // icon or text
-	Label string
+	ID    int    `json:"id"`
+	Kind  string `json:"kind"` // icon or text
+	Label string `json:"label"`
 	// BBox is [left, top, right, bottom], fractions of the screen.
-	BBox [4]float64
-	Conf float64
+	BBox [4]float64 `json:"bbox"`
+	Conf float64    `json:"conf"`
 }
 
 // Contains reports whether the point (x, y) lies in the element's box.
