@@ -2,7 +2,9 @@ package engine
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/clawfarm/clawfarm/internal/contract"
@@ -26,7 +28,9 @@ func (s *Session) awaitApproval(ctx context.Context, hc hooks.ToolCall, a *hooks
 	s.approvals++
 	start := s.cfg.Clock.Now()
 	req := ApprovalRequest{
-		ID:   fmt.Sprintf("a%d-t%d-%d", s.cfg.Attempt, s.state.Turn, s.approvals),
+		// Unique across processes: a retry that resumes this attempt at the
+		// same turn must not find its predecessor's answer to its own question.
+		ID:   fmt.Sprintf("a%d-t%d-%d-%s", s.cfg.Attempt, s.state.Turn, s.approvals, strings.ToLower(rand.Text()[:6])),
 		Turn: s.state.Turn, CallID: hc.ID, Tool: hc.Name, Args: hc.Args,
 		Policy: a.Policy, Rule: a.Rule, Message: a.Message, Deadline: start.Add(a.Timeout),
 		Heartbeat: s.report,
