@@ -119,11 +119,12 @@ func TestRuleErrors(t *testing.T) {
 		{Name: "not-bool", Expression: `tool + "x"`, Action: Block},
 		{Name: "no-action", Expression: `true`, Action: "Maybe"},
 		{Name: "unknown-var", Expression: `phone.locked`, Action: Block},
+		{Name: "misspelt-field", Expression: `targets.exists(e, e.lable == 'Pay')`, Action: Block},
 	}}}})
 	if err == nil {
 		t.Fatal("bad rules compiled")
 	}
-	for _, want := range []string{"ToolPolicy bad, rule syntax", "rule not-bool", "want a bool", "rule no-action", `action "Maybe"`, "rule unknown-var", "undeclared reference"} {
+	for _, want := range []string{"ToolPolicy bad, rule syntax", "rule not-bool", "want a bool", "rule no-action", `action "Maybe"`, "rule unknown-var", "undeclared reference", "rule misspelt-field", "lable"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
@@ -284,5 +285,17 @@ func TestSetEncodeAndApprovalTimeouts(t *testing.T) {
 	big := Set{Policies: []Policy{{Name: "big", Rules: []Rule{{Name: "x", Expression: strings.Repeat("a", MaxSetBytes), Action: Block}}}}}
 	if _, err := big.Encode(); err == nil || !strings.Contains(err.Error(), "more than") {
 		t.Errorf("an oversized set: %v", err)
+	}
+}
+
+// An element's fields are typed: numbers compare as numbers, the box is a list.
+func TestElementFields(t *testing.T) {
+	p := mustCompile(t, Set{Policies: []Policy{{Name: "p", Rules: []Rule{{Name: "low-confidence-icon-at-top",
+		Expression: `targets.exists(e, e.kind == 'icon' && e.conf < 0.9 && e.bbox[1] < 0.2 && e.id == 3) && size(screen) == 4`, Action: Block}}}}})
+	if d := p.Before(context.Background(), 1, tapAt(0.86, 0.06, 0.94, 0.09)); !d.Blocked() {
+		t.Errorf("tap on the icon: %+v", d)
+	}
+	if d := p.Before(context.Background(), 1, tapAt(0.12, 0.06, 0.2, 0.08)); d.Action != "" {
+		t.Errorf("tap on Cart: %+v", d)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"time"
 
@@ -52,9 +53,14 @@ type compiledPolicy struct {
 	rules []compiledRule
 }
 
+// celEnv declares the rules' variables. A listing element is a typed
+// object (its fields are the JSON names: id, kind, label, bbox, conf), so a
+// misspelt field is a compile error the manager reports before any pod,
+// not a runtime error that blocks every call.
 var celEnv = sync.OnceValues(func() (*cel.Env, error) {
-	elem := cel.MapType(cel.StringType, cel.DynType)
+	elem := cel.ObjectType("listing.Element")
 	return cel.NewEnv(
+		ext.NativeTypes(reflect.TypeFor[listing.Element](), ext.ParseStructTag("json")),
 		cel.Variable("tool", cel.StringType),
 		cel.Variable("args", cel.MapType(cel.StringType, cel.DynType)),
 		cel.Variable("screen", cel.ListType(elem)),
@@ -145,26 +151,19 @@ func activation(c Call) map[string]any {
 	if len(c.Args) > 0 {
 		_ = json.Unmarshal(c.Args, &args) // the engine validated the args against the tool's schema
 	}
-	screen := make([]map[string]any, 0, len(c.Screen))
-	for _, e := range c.Screen {
-		screen = append(screen, element(e))
+	screen := c.Screen
+	if screen == nil {
+		screen = []listing.Element{}
 	}
-	var targets []map[string]any
+	targets := []listing.Element{}
 	for _, pt := range points(c.Tool, args) {
 		for _, e := range c.Screen {
 			if e.Contains(pt[0], pt[1]) {
-				targets = append(targets, element(e))
+				targets = append(targets, e)
 			}
 		}
 	}
-	if targets == nil {
-		targets = []map[string]any{}
-	}
 	return map[string]any{"tool": c.Tool, "args": args, "screen": screen, "targets": targets, "text": texts(c.Tool, args)}
-}
-
-func element(e listing.Element) map[string]any {
-	return map[string]any{"id": int64(e.ID), "kind": e.Kind, "label": e.Label, "bbox": e.BBox[:], "conf": e.Conf}
 }
 
 // points are where a call's gestures act: each bbox's centre (a sequence's
