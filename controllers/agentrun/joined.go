@@ -161,6 +161,7 @@ func (s *step) markCollected(ctx context.Context, j farmv1.JoinedRun, i int) (bo
 	gen := jr.Generation
 	st.CollectedInto = s.run.Name
 	st.Phase = farmv1.RunRunning
+	st.Rig = s.heldRig // where its task runs (kubectl get ar); the Lease is the session's
 	if st.QueuedAt == nil {
 		t := jr.CreationTimestamp
 		st.QueuedAt = &t

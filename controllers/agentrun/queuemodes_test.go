@@ -62,7 +62,9 @@ func (tr *triggers) of(pod string) string {
 	return tr.m[pod]
 }
 
-func joinedCond(run *farmv1.AgentRun) *metav1.Condition { return condition(run, farmv1.ConditionJoined) }
+func joinedCond(run *farmv1.AgentRun) *metav1.Condition {
+	return condition(run, farmv1.ConditionJoined)
+}
 
 // Five collect runs waiting for one busy rig become one session when the
 // rig is handed to the oldest: one pod, whose opening message numbers every
@@ -112,7 +114,7 @@ func TestFiveCollectRunsForABusyRigBecomeOneSession(t *testing.T) {
 	}
 	for _, n := range names[1:] {
 		run := waitPhase(t, ns, n, farmv1.RunSucceeded)
-		if run.Status.CollectedInto != "c1" || run.Status.Sentinel != "DONE" || run.Status.Recap != "all five tasks done" {
+		if run.Status.CollectedInto != "c1" || run.Status.Rig != "rig" || run.Status.Sentinel != "DONE" || run.Status.Recap != "all five tasks done" {
 			t.Fatalf("run %s: collectedInto %q, sentinel %q, recap %q", n, run.Status.CollectedInto, run.Status.Sentinel, run.Status.Recap)
 		}
 		if c := joinedCond(run); c == nil || c.Status != metav1.ConditionTrue || c.Reason != farmv1.ReasonCollected || !strings.Contains(c.Message, "run c1") {

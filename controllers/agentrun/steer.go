@@ -67,6 +67,7 @@ func (s *step) steer(ctx context.Context) (bool, error) {
 	gen := run.Generation
 	s.markQueued()
 	st.SteeredInto, st.Phase = h.Name, farmv1.RunRunning
+	st.Rig = ref.Name // where its message goes (kubectl get ar); the Lease is the holder's
 	msg := fmt.Sprintf("steered into run %s's running session on rig %s; its loop reads this run's trigger at its next turn, "+
 		"and the run ends with that session's outcome", h.Name, ref.Name)
 	conditions.True(&st.Conditions, gen, farmv1.ConditionJoined, farmv1.ReasonSteered, msg)
@@ -107,8 +108,12 @@ func (s *step) appendSteer(ctx context.Context, h *farmv1.AgentRun) error {
 func (s *step) unsteer(name, why string) {
 	st := &s.run.Status
 	gen := s.run.Generation
-	st.SteeredInto = ""
+	st.SteeredInto, st.Rig = "", ""
 	st.Phase = farmv1.RunQueued
+	// Back at its place by creation time; limits.queueTimeoutSeconds
+	// counts from now, as for a run that gave a rig back.
+	t := metav1.NewTime(s.now)
+	st.QueuedAt = &t
 	msg := fmt.Sprintf("run %s's session %s; the run queues again as a plain run", name, why)
 	conditions.False(&st.Conditions, gen, farmv1.ConditionJoined, farmv1.ReasonSteerUndelivered, msg)
 	conditions.False(&st.Conditions, gen, farmv1.ConditionRigLeased, farmv1.ReasonSteerUndelivered, msg)
