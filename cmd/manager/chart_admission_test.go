@@ -68,8 +68,8 @@ func TestChartAdmissionIsConfigAdmission(t *testing.T) {
 			config[objectKey(o)] = withoutLabels(o)
 		}
 	}
-	if len(chart) != 9 {
-		t.Errorf("the chart renders %d admission objects, want 9 (the ConfigMap, four policies and their bindings)", len(chart))
+	if len(chart) != 11 {
+		t.Errorf("the chart renders %d admission objects, want 11 (the ConfigMap, five policies and their bindings)", len(chart))
 	}
 	for k, o := range chart {
 		if !reflect.DeepEqual(o, config[k]) {

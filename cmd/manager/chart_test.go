@@ -173,8 +173,9 @@ func TestChartRolesAreTheGeneratedOnes(t *testing.T) {
 	}
 	loop := find(objs, "ClusterRole", "", "t-clawfarm-loop")
 	rules := loop["rules"].([]any)
-	if len(rules) != 1 || !reflect.DeepEqual(dig(rules[0], "verbs"), []any{"patch"}) || !reflect.DeepEqual(dig(rules[0], "resources"), []any{"agentruns/status"}) {
-		t.Errorf("loop pods may do more than patch their run's status: %v", rules)
+	if len(rules) != 2 || !reflect.DeepEqual(dig(rules[0], "verbs"), []any{"patch"}) || !reflect.DeepEqual(dig(rules[0], "resources"), []any{"agentruns/status"}) ||
+		!reflect.DeepEqual(dig(rules[1], "verbs"), []any{"get"}) || !reflect.DeepEqual(dig(rules[1], "resources"), []any{"agentruns"}) {
+		t.Errorf("loop pods may do more than patch their run's status and get runs (steer messages, approval answers): %v", rules)
 	}
 }
 

@@ -14,10 +14,10 @@ absent field from being an error.
 
 {{/* The status fields a loop pod must leave alone: every one but progress. */}}
 {{- define "clawfarm.admission.statusFieldsButProgress" -}}
-{{- toYaml (list "observedGeneration" "phase" "rig" "attempt" "infraRetries" "nextAttemptTime" "sentinel" "recap" "exitReason" "attempts" "followUp" "jobs" "usage" "queuedAt" "startTime" "completionTime" "conditions") -}}
+{{- toYaml (list "observedGeneration" "phase" "rig" "attempt" "infraRetries" "nextAttemptTime" "sentinel" "recap" "exitReason" "attempts" "followUp" "jobs" "usage" "queuedAt" "startTime" "completionTime" "conditions" "joined" "collectedInto" "steeredInto") -}}
 {{- end -}}
 
 {{/* The spec fields a follow-up Job must leave alone on a run: every one but cancel. */}}
 {{- define "clawfarm.admission.specFieldsButCancel" -}}
-{{- toYaml (list "rigRef" "rigSelector" "trigger" "model" "limits" "skills" "bootstrap" "systemPromptAppend" "denyTools" "followUp" "ttlSecondsAfterFinished" "pod") -}}
+{{- toYaml (list "rigRef" "rigSelector" "trigger" "queueMode" "model" "limits" "skills" "bootstrap" "systemPromptAppend" "denyTools" "followUp" "ttlSecondsAfterFinished" "pod") -}}
 {{- end -}}
