@@ -7,7 +7,6 @@ import (
 
 	"github.com/spf13/cobra"
 	authenticationv1 "k8s.io/api/authentication/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -66,15 +65,8 @@ func (o *Options) answerApproval(ctx context.Context, name, decision, reason str
 	if err != nil {
 		return err
 	}
-	c, err := o.Client()
+	c, run, err := o.getRun(ctx, ns, name)
 	if err != nil {
-		return err
-	}
-	var run farmv1.AgentRun
-	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &run); err != nil {
-		if apierrors.IsNotFound(err) {
-			return &exitError{code: ExitError, msg: fmt.Sprintf("agentrun %s/%s not found", ns, name)}
-		}
 		return err
 	}
 	var req *farmv1.ApprovalRequest
@@ -98,7 +90,7 @@ func (o *Options) answerApproval(ctx context.Context, name, decision, reason str
 		ann[farmv1.AnnotationApprovalReason] = reason
 	}
 	body, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
-	if err := c.Patch(ctx, &run, client.RawPatch(types.MergePatchType, body)); err != nil {
+	if err := c.Patch(ctx, run, client.RawPatch(types.MergePatchType, body)); err != nil {
 		return err
 	}
 	verb := map[string]string{"Approve": "approved", "Deny": "denied"}[decision]

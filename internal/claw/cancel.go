@@ -49,29 +49,39 @@ the operator has done so, and exits with its code (4 when Cancelled).`,
 // (api/v1alpha1/agentrun_types.go: AgentRunSpec.Cancel; the controller reads
 // it in controllers/agentrun/stop.go).
 func (o *Options) cancel(ctx context.Context, ns, name string) error {
-	c, err := o.Client()
+	c, run, err := o.getRun(ctx, ns, name)
 	if err != nil {
-		return err
-	}
-	var run farmv1.AgentRun
-	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &run); err != nil {
-		if apierrors.IsNotFound(err) {
-			return &exitError{code: ExitError, msg: fmt.Sprintf("agentrun %s/%s not found", ns, name)}
-		}
 		return err
 	}
 	switch {
 	case run.Status.Phase.Finished():
-		fmt.Fprintf(o.Streams.Out, "agentrun.farm.clawfarm.dev/%s already ended (%s); nothing to cancel\n", name, OutcomeOf(&run).describe())
+		fmt.Fprintf(o.Streams.Out, "agentrun.farm.clawfarm.dev/%s already ended (%s); nothing to cancel\n", name, OutcomeOf(run).describe())
 		return nil
 	case run.Spec.Cancel:
 		fmt.Fprintf(o.Streams.Out, "agentrun.farm.clawfarm.dev/%s is already being cancelled\n", name)
 		return nil
 	}
 	patch := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"cancel":true}}`))
-	if err := c.Patch(ctx, &run, patch); err != nil {
+	if err := c.Patch(ctx, run, patch); err != nil {
 		return err
 	}
 	fmt.Fprintf(o.Streams.Out, "agentrun.farm.clawfarm.dev/%s cancel requested\n", name)
 	return nil
+}
+
+// getRun reads a run; a run that does not exist is an error that says so
+// (exit 1).
+func (o *Options) getRun(ctx context.Context, ns, name string) (client.Client, *farmv1.AgentRun, error) {
+	c, err := o.Client()
+	if err != nil {
+		return nil, nil, err
+	}
+	var run farmv1.AgentRun
+	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &run); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil, &exitError{code: ExitError, msg: fmt.Sprintf("agentrun %s/%s not found", ns, name)}
+		}
+		return nil, nil, err
+	}
+	return c, &run, nil
 }

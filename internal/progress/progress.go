@@ -51,17 +51,9 @@ type Patcher struct {
 // rignode hands a pod its service-account credentials on hosts without
 // containers).
 func NewInCluster(run string, logf func(string, ...any)) (*Patcher, error) {
-	ns, name, err := contract.ParseRunRef(run)
+	dc, ns, name, err := podClient(run)
 	if err != nil {
 		return nil, err
-	}
-	cfg, err := podConfig()
-	if err != nil {
-		return nil, err
-	}
-	dc, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("progress client: %w", err)
 	}
 	return New(DynamicPatch(dc, ns, name), Interval, logf), nil
 }
@@ -70,19 +62,27 @@ func NewInCluster(run string, logf func(string, ...any)) (*Patcher, error) {
 // (the loop's role may get runs): steer messages and approval answers reach
 // a running loop through its own run object.
 func NewInClusterReader(run string) (ReadFunc, error) {
-	ns, name, err := contract.ParseRunRef(run)
+	dc, ns, name, err := podClient(run)
 	if err != nil {
 		return nil, err
+	}
+	return DynamicRead(dc, ns, name), nil
+}
+
+// podClient is a dynamic client with the pod's credentials, and the run's
+// namespace and name.
+func podClient(run string) (dc dynamic.Interface, ns, name string, err error) {
+	if ns, name, err = contract.ParseRunRef(run); err != nil {
+		return nil, "", "", err
 	}
 	cfg, err := podConfig()
 	if err != nil {
-		return nil, err
+		return nil, "", "", err
 	}
-	dc, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("run reader client: %w", err)
+	if dc, err = dynamic.NewForConfig(cfg); err != nil {
+		return nil, "", "", fmt.Errorf("the run's API client: %w", err)
 	}
-	return DynamicRead(dc, ns, name), nil
+	return dc, ns, name, nil
 }
 
 // ReadFunc returns the run object as JSON.
