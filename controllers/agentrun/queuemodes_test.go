@@ -183,6 +183,34 @@ func TestSteerRunJoinsTheRunningSession(t *testing.T) {
 	}
 }
 
+// A steer run that queued while its rig had no running session joins the
+// session as soon as one runs there, without waiting for its turn.
+func TestQueuedSteerRunJoinsASessionOnceItRuns(t *testing.T) {
+	ns := namespace(t)
+	makeRig(t, ns, "rig", nil)
+	setMaintenance(t, ns, "rig", true)
+	holder := gated(ns, "a-holder", ends(contract.Done, true, "did both", 0))
+	create(t, newRun(ns, "a-holder", "rig"))
+	create(t, modeRun(ns, "b-steer", "rig", farmv1.QueueModeSteer))
+	waitPhase(t, ns, "a-holder", farmv1.RunQueued)
+	waitPhase(t, ns, "b-steer", farmv1.RunQueued)
+	// Out of maintenance: the holder takes the rig at once (it is InUse, not Ready, after).
+	patch := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"unschedulable":false}}`))
+	if err := k8s.Patch(context.Background(), &farmv1.DeviceRig{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "rig"}}, patch); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, ns, "a-holder", farmv1.RunRunning)
+	s := waitRun(t, ns, "b-steer", func(r *farmv1.AgentRun) bool { return r.Status.SteeredInto == "a-holder" })
+	if s.Status.Phase != farmv1.RunRunning || s.Status.Rig != "rig" {
+		t.Fatalf("steer run: phase %s rig %q", s.Status.Phase, s.Status.Rig)
+	}
+	patchStatus(t, ns, "a-holder", `{"status":{"progress":{"attempt":1,"turn":1,"steered":1}}}`)
+	holder.Store(true)
+	if done := waitPhase(t, ns, "b-steer", farmv1.RunSucceeded); done.Status.Recap != "did both" || len(podsOf(t, ns, "b-steer")) != 0 {
+		t.Fatalf("steer run: recap %q, pods %d", done.Status.Recap, len(podsOf(t, ns, "b-steer")))
+	}
+}
+
 // A steer run whose session ended before its loop read the message (the
 // loop's count says so) goes back to the queue as a plain run and gets a
 // session of its own.

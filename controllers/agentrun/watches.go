@@ -52,7 +52,7 @@ func (r *Reconciler) watch(mgr ctrl.Manager) error {
 		}))).
 		Watches(&farmv1.DeviceRig{}, wakeQueue).
 		Watches(&farmv1.AgentRun{}, handler.EnqueueRequestsFromMapFunc(parentOf)).
-		Watches(&farmv1.AgentRun{}, handler.EnqueueRequestsFromMapFunc(joinedOf)).
+		Watches(&farmv1.AgentRun{}, handler.EnqueueRequestsFromMapFunc(r.joinedOf)).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.runsOnNode)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.Config.MaxConcurrentReconciles)}).
 		Named("agentrun").
@@ -99,8 +99,9 @@ func parentOf(_ context.Context, o client.Object) []reconcile.Request {
 }
 
 // joinedOf maps a session's run to the runs that joined it (status.joined),
-// which follow it.
-func joinedOf(_ context.Context, o client.Object) []reconcile.Request {
+// which follow it, and a session's run that is Running to the steer runs
+// queued for its rig, which may join it now (steer.go).
+func (r *Reconciler) joinedOf(ctx context.Context, o client.Object) []reconcile.Request {
 	run, ok := o.(*farmv1.AgentRun)
 	if !ok {
 		return nil
@@ -108,6 +109,17 @@ func joinedOf(_ context.Context, o client.Object) []reconcile.Request {
 	var reqs []reconcile.Request
 	for _, j := range run.Status.Joined {
 		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: run.Namespace, Name: j.Name}})
+	}
+	if st := run.Status; st.Phase == farmv1.RunRunning && st.Rig != "" && st.CollectedInto == "" && st.SteeredInto == "" {
+		waiting, err := r.listWaiting(ctx, run.Namespace, "rig/"+st.Rig)
+		if err != nil {
+			return reqs
+		}
+		for _, w := range waiting {
+			if w.Spec.Mode() == farmv1.QueueModeSteer {
+				reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: w.Namespace, Name: w.Name}})
+			}
+		}
 	}
 	return reqs
 }
