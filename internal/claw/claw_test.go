@@ -253,7 +253,7 @@ func ended(run string, attempt int32, sentinel, exitReason, outcome, recap strin
 func TestRunCreatesWhatTheFlagsSay(t *testing.T) {
 	ns := env.Namespace(t)
 	c := claw(t, ns, nil, nil, "run", "set-a-timer",
-		"--rig", "iphone-01", "--trigger", "Set a 5 minute timer in Clock and start it.",
+		"--rig", "iphone-01", "--trigger", "Set a 5 minute timer in Clock and start it.", "--queue-mode", "steer",
 		"--model-provider", "openai-compatible", "--model", "qwen2.5-vl", "--base-url", "http://vllm.models.svc:8000/v1",
 		"--api-key-secret", "model-key/api-key", "--context-window", "64000",
 		"--max-turns", "40", "--max-attempts", "2", "--max-infra-retries", "0",
@@ -276,6 +276,7 @@ func TestRunCreatesWhatTheFlagsSay(t *testing.T) {
 		{"rigRef", sp.RigRef, &farmv1.RigReference{Name: "iphone-01"}},
 		{"rigSelector", sp.RigSelector == nil, true},
 		{"trigger", sp.Trigger, "Set a 5 minute timer in Clock and start it."},
+		{"queueMode", sp.QueueMode, farmv1.QueueModeSteer},
 		{"provider", sp.Model.Provider, farmv1.ModelProvider("openai-compatible")},
 		{"model", sp.Model.Name, "qwen2.5-vl"},
 		{"baseURL", sp.Model.BaseURL, "http://vllm.models.svc:8000/v1"},
@@ -326,6 +327,7 @@ func TestRunCreatesWhatTheFlagsSay(t *testing.T) {
 		{[]string{"run", "x3", "--trigger", "t", "--model", "m"}, "--rig RIG or --selector"},
 		{[]string{"run", "x4", "--rig", "a", "--trigger", "t", "--model", "m", "--api-key-secret", "model-key"}, "NAME/KEY"},
 		{[]string{"run", "x5", "--rig", "a", "--trigger", "t", "--model", "m", "--follow-up-delay", "90s"}, "whole minutes"},
+		{[]string{"run", "x6", "--rig", "a", "--trigger", "t", "--model", "m", "--queue-mode", "fifo"}, "want queue, collect or steer"},
 		{[]string{"run", "x6", "--rig", "a", "--trigger", "t", "--model", "m", "--max-turns", "many"}, "invalid argument"},
 	} {
 		c := claw(t, ns, nil, nil, bad.args...)

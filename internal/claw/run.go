@@ -39,6 +39,7 @@ type runFlags struct {
 
 	skills        []string
 	denyTools     []string
+	queueMode     string
 	maxChain      int32
 	followUpDelay time.Duration
 	ttl           time.Duration
@@ -75,6 +76,7 @@ func (o *Options) newRunCommand() *cobra.Command {
 	fl.StringVar(&f.rig, "rig", "", "run on this DeviceRig (spec.rigRef)")
 	fl.StringVar(&f.selector, "selector", "", "run on any Ready rig with these labels, k=v,... (spec.rigSelector)")
 	fl.StringVar(&f.trigger, "trigger", "", "the opening message: what the agent is asked to do")
+	fl.StringVar(&f.queueMode, "queue-mode", "", "queue (wait for a session of its own), collect (join the next session on the rig with other collect runs) or steer (join the rig's running session) (server default: queue)")
 	fl.StringVar(&f.provider, "model-provider", "", "provider preset: openai, anthropic, qwen, moonshot, deepseek, google, openai-compatible (server default: openai)")
 	fl.StringVar(&f.model, "model", "", "model name, as the provider spells it")
 	fl.StringVar(&f.baseURL, "base-url", "", "the provider's base URL (required for openai-compatible)")
@@ -202,6 +204,14 @@ func (f *runFlags) apply(cmd *cobra.Command, run *farmv1.AgentRun) error {
 	}
 	if set("trigger") {
 		sp.Trigger = f.trigger
+	}
+	if set("queue-mode") {
+		switch m := farmv1.QueueMode(f.queueMode); m {
+		case farmv1.QueueModeQueue, farmv1.QueueModeCollect, farmv1.QueueModeSteer:
+			sp.QueueMode = m
+		default:
+			return fmt.Errorf("--queue-mode %q: want queue, collect or steer", f.queueMode)
+		}
 	}
 	if set("model-provider") {
 		sp.Model.Provider = farmv1.ModelProvider(f.provider)
