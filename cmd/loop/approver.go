@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -73,22 +72,12 @@ func (a *runApprover) Await(ctx context.Context, req engine.ApprovalRequest) eng
 // answer reads the run once: the answer to request id, if there is one. A
 // read that fails is logged and tried again at the next poll.
 func (a *runApprover) answer(ctx context.Context, id string) (engine.ApprovalAnswer, bool) {
-	rctx, cancel := context.WithTimeout(ctx, readTimeout)
-	defer cancel()
-	raw, err := a.read(rctx)
-	if err != nil {
-		if ctx.Err() == nil {
-			a.logf("reading the run for an approval answer: %v (tried again in %s)", err, approvalPoll)
-		}
-		return engine.ApprovalAnswer{}, false
-	}
 	var run struct {
 		Metadata struct {
 			Annotations map[string]string `json:"annotations"`
 		} `json:"metadata"`
 	}
-	if err := json.Unmarshal(raw, &run); err != nil {
-		a.logf("reading the run for an approval answer: %v", err)
+	if !readRunInto(ctx, a.read, &run, a.logf, "an approval answer", fmt.Sprintf("(tried again in %s)", approvalPoll)) {
 		return engine.ApprovalAnswer{}, false
 	}
 	ann := run.Metadata.Annotations

@@ -29,17 +29,24 @@ type runInbox struct {
 // readTimeout bounds one read of the run: a turn never waits longer for it.
 const readTimeout = 5 * time.Second
 
-// Take reads the run once and returns its undelivered steer messages, in order.
-func (b *runInbox) Take(ctx context.Context) []engine.InboxMessage {
+// readRunInto reads the run once, within readTimeout, and decodes it into
+// v. A failure is logged (unless ctx ended) as "reading the run for
+// <what>: <err> <retry>" and reported false: the caller tries again later.
+func readRunInto(ctx context.Context, read progress.ReadFunc, v any, logf func(string, ...any), what, retry string) bool {
 	rctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
-	raw, err := b.read(rctx)
-	if err != nil {
-		if ctx.Err() == nil {
-			b.logf("reading the run for steer messages: %v (tried again at the next turn)", err)
-		}
-		return nil
+	raw, err := read(rctx)
+	if err == nil {
+		err = json.Unmarshal(raw, v)
 	}
+	if err != nil && ctx.Err() == nil {
+		logf("reading the run for %s: %v %s", what, err, retry)
+	}
+	return err == nil
+}
+
+// Take reads the run once and returns its undelivered steer messages, in order.
+func (b *runInbox) Take(ctx context.Context) []engine.InboxMessage {
 	var run struct {
 		Status struct {
 			Joined []struct {
@@ -49,8 +56,7 @@ func (b *runInbox) Take(ctx context.Context) []engine.InboxMessage {
 			} `json:"joined"`
 		} `json:"status"`
 	}
-	if err := json.Unmarshal(raw, &run); err != nil {
-		b.logf("reading the run for steer messages: %v (tried again at the next turn)", err)
+	if !readRunInto(ctx, b.read, &run, b.logf, "steer messages", "(tried again at the next turn)") {
 		return nil
 	}
 	var out []engine.InboxMessage
