@@ -20,16 +20,11 @@ import (
 // observe reads the world the run lives in: its attempt pods (from the
 // cache's index on the run label), the Lease it holds, and that rig.
 func (s *step) observe(ctx context.Context) error {
-	var list corev1.PodList
-	if err := s.r.List(ctx, &list, client.InNamespace(s.run.Namespace), client.MatchingFields{podRunIndex: s.run.Name}); err != nil {
-		return fmt.Errorf("list attempt pods: %w", err)
+	pods, err := s.r.podsOf(ctx, s.run)
+	if err != nil {
+		return err
 	}
-	for i := range list.Items {
-		p := &list.Items[i]
-		if metav1.IsControlledBy(p, s.run) {
-			s.pods = append(s.pods, p)
-		}
-	}
+	s.pods = pods
 	sort.Slice(s.pods, func(i, j int) bool { return s.pods[i].CreationTimestamp.Before(&s.pods[j].CreationTimestamp) })
 	held, err := lease.HeldBy(ctx, s.r.Client, lease.HolderOf(s.run))
 	if err != nil {
@@ -47,6 +42,22 @@ func (s *step) observe(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// podsOf lists the run's attempt pods from the cache (through the run
+// index), those the run controls.
+func (r *Reconciler) podsOf(ctx context.Context, run *farmv1.AgentRun) ([]*corev1.Pod, error) {
+	var list corev1.PodList
+	if err := r.List(ctx, &list, client.InNamespace(run.Namespace), client.MatchingFields{podRunIndex: run.Name}); err != nil {
+		return nil, fmt.Errorf("list attempt pods of run %s: %w", run.Name, err)
+	}
+	var pods []*corev1.Pod
+	for i := range list.Items {
+		if p := &list.Items[i]; metav1.IsControlledBy(p, run) {
+			pods = append(pods, p)
+		}
+	}
+	return pods, nil
 }
 
 // startedAt is when the run's first pod was created: as this manager noted

@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/internal/attempt"
@@ -124,13 +122,12 @@ func (s *step) unsteer(name, why string) {
 // hasLivePod reports whether run has an attempt pod whose loop may be
 // running: not ended and not being deleted.
 func (r *Reconciler) hasLivePod(ctx context.Context, run *farmv1.AgentRun) (bool, error) {
-	var pods corev1.PodList
-	if err := r.List(ctx, &pods, client.InNamespace(run.Namespace), client.MatchingFields{podRunIndex: run.Name}); err != nil {
-		return false, fmt.Errorf("list pods of run %s: %w", run.Name, err)
+	pods, err := r.podsOf(ctx, run)
+	if err != nil {
+		return false, err
 	}
-	for i := range pods.Items {
-		p := &pods.Items[i]
-		if metav1.IsControlledBy(p, run) && !terminal(p) && p.DeletionTimestamp == nil {
+	for _, p := range pods {
+		if !terminal(p) && p.DeletionTimestamp == nil {
 			return true, nil
 		}
 	}
