@@ -122,7 +122,9 @@ type DeviceRigStatus struct {
 	// Health is the last health report.
 	// +optional
 	Health *RigHealth `json:"health,omitempty"`
-	// LastProbeTime is when the health route was last asked.
+	// LastProbeTime is when the health route was last asked and its answer
+	// recorded. A probe that finds nothing new writes nothing, so on an idle
+	// rig this moves about once every 5 minutes, not at every probe.
 	// +optional
 	LastProbeTime *metav1.Time `json:"lastProbeTime,omitempty"`
 	// Conditions: Ready, NodeReady, EndpointReachable, Calibrated.

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -22,10 +23,12 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
@@ -45,7 +48,15 @@ type Config struct {
 	// Ready (default 1 s): when the next queued run takes the rig within it, the
 	// status goes straight from one run to the next, one write instead of two.
 	ReleaseSettle time.Duration
+	// ProbeRecordInterval is how stale status.lastProbeTime may grow while
+	// probes find nothing new (default 5 minutes). A probe that changes
+	// nothing writes nothing: on a farm of thousands of idle rigs, writing
+	// the time of every probe would be most of the API server's work.
+	ProbeRecordInterval time.Duration
 }
+
+// DefaultProbeRecordInterval is Config.ProbeRecordInterval's default.
+const DefaultProbeRecordInterval = 5 * time.Minute
 
 // Reconciler reconciles DeviceRigs.
 type Reconciler struct {
@@ -57,6 +68,11 @@ type Reconciler struct {
 	// Lease still in use (default: the manager's API reader).
 	APIReader client.Reader
 	Config    Config
+
+	// probed holds when each rig was last probed (types.NamespacedName →
+	// time.Time), which the status records only when something else changed
+	// or ProbeRecordInterval has passed. A new manager starts from the status.
+	probed sync.Map
 }
 
 // +kubebuilder:rbac:groups=farm.clawfarm.dev,resources=devicerigs,verbs=get;list;watch;update;patch
@@ -72,6 +88,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Get(ctx, req.NamespacedName, &rig); err != nil {
 		if apierrors.IsNotFound(err) {
 			rigsByPhase.forget(req.String())
+			r.probed.Delete(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -85,10 +102,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	conditions.Set(&st.Conditions, gen, farmv1.ConditionNodeReady, status(nodeReady), nodeReason, nodeMsg)
 
 	// 3. Its health route, at most every probe interval.
-	if due(st.LastProbeTime, now, r.Config.ProbeInterval) {
+	lastProbe := r.lastProbe(req.NamespacedName, st.LastProbeTime)
+	probed := false
+	if lastProbe.IsZero() || !now.Before(lastProbe.Add(r.Config.ProbeInterval)) {
 		health, err := r.probe(ctx, &rig)
-		t := metav1.NewTime(now)
-		st.LastProbeTime = &t
+		probed, lastProbe = true, now
+		r.probed.Store(req.NamespacedName, now)
 		if err != nil {
 			probeFailures.Inc()
 			st.Health = nil
@@ -139,6 +158,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 	// 6. Write what changed; an Event when the rig's health moved. Ready ↔ InUse
 	// is every session's rhythm, shown in the status and on the run's own events.
+	// The probe's time goes in with any other change, and on its own only
+	// when the recorded one is older than ProbeRecordInterval.
+	if probed && (!equality.Semantic.DeepEqual(before, st) || due(st.LastProbeTime, now, r.recordInterval())) {
+		t := metav1.NewTime(now)
+		st.LastProbeTime = &t
+	}
 	if !equality.Semantic.DeepEqual(before, st) {
 		if err := r.Status().Update(ctx, &rig); err != nil {
 			return ctrl.Result{}, fmt.Errorf("update rig status: %w", err)
@@ -147,11 +172,28 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			recorder{r.Recorder}.phase(&rig, readyMessage(&rig))
 		}
 	}
-	next := r.Config.ProbeInterval
-	if st.LastProbeTime != nil {
-		next = st.LastProbeTime.Add(r.Config.ProbeInterval).Sub(r.Clock.Now())
-	}
+	next := lastProbe.Add(r.Config.ProbeInterval).Sub(r.Clock.Now()) // lastProbe is set: a probe is never due past this point
 	return ctrl.Result{RequeueAfter: max(next, 100*time.Millisecond)}, nil
+}
+
+// lastProbe is when the rig was last probed: by this manager if it has,
+// else as the status records it (zero: never).
+func (r *Reconciler) lastProbe(key types.NamespacedName, recorded *metav1.Time) time.Time {
+	var t time.Time
+	if recorded != nil {
+		t = recorded.Time
+	}
+	if v, ok := r.probed.Load(key); ok && v.(time.Time).After(t) {
+		t = v.(time.Time)
+	}
+	return t
+}
+
+func (r *Reconciler) recordInterval() time.Duration {
+	if r.Config.ProbeRecordInterval > 0 {
+		return r.Config.ProbeRecordInterval
+	}
+	return DefaultProbeRecordInterval
 }
 
 func (r *Reconciler) nodeState(ctx context.Context, name string) (bool, string, string) {
@@ -379,9 +421,14 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.APIReader == nil {
 		r.APIReader = mgr.GetAPIReader()
 	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &farmv1.DeviceRig{}, rigNodeIndex, func(o client.Object) []string {
+		return []string{o.(*farmv1.DeviceRig).Spec.NodeName}
+	}); err != nil {
+		return fmt.Errorf("index rigs by node: %w", err)
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&farmv1.DeviceRig{}).
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.rigsOnNode)).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.rigsOnNode), builder.WithPredicates(nodeStateChanged)).
 		Watches(&coordinationv1.Lease{}, r.leaseEvents()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.Config.MaxConcurrentReconciles)}).
 		Named("devicerig").
@@ -420,18 +467,44 @@ func (r *Reconciler) leaseEvents() handler.EventHandler {
 	}
 }
 
+// rigNodeIndex indexes rigs by spec.nodeName: a node's event wakes its own
+// rigs, read without a scan of the farm.
+const rigNodeIndex = "spec.nodeName"
+
 func (r *Reconciler) rigsOnNode(ctx context.Context, o client.Object) []reconcile.Request {
 	var rigs farmv1.DeviceRigList
-	if err := r.List(ctx, &rigs, client.UnsafeDisableDeepCopy); err != nil {
+	if err := r.List(ctx, &rigs, client.MatchingFields{rigNodeIndex: o.GetName()}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil
 	}
-	var reqs []reconcile.Request
+	reqs := make([]reconcile.Request, 0, len(rigs.Items))
 	for i := range rigs.Items {
-		if rigs.Items[i].Spec.NodeName == o.GetName() {
-			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&rigs.Items[i])})
-		}
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&rigs.Items[i])})
 	}
 	return reqs
+}
+
+// nodeStateChanged lets through a node's creation and deletion, and an
+// update only when what a rig's status reads of it changed (nodeState):
+// its Ready condition, spec.unschedulable, its taints. A kubelet's
+// heartbeats and image lists wake no rig.
+var nodeStateChanged = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+	old, okOld := e.ObjectOld.(*corev1.Node)
+	cur, okNew := e.ObjectNew.(*corev1.Node)
+	if !okOld || !okNew {
+		return true
+	}
+	return readyOf(old) != readyOf(cur) || old.Spec.Unschedulable != cur.Spec.Unschedulable ||
+		!equality.Semantic.DeepEqual(old.Spec.Taints, cur.Spec.Taints)
+}}
+
+// readyOf is the part of a node's Ready condition a rig's status shows.
+func readyOf(n *corev1.Node) [2]string {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return [2]string{string(c.Status), c.Message}
+		}
+	}
+	return [2]string{}
 }
 
 // health folds InUse into Ready: a rig in use is a healthy rig.
