@@ -18,6 +18,7 @@ import (
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/internal/lease"
+	"github.com/clawfarm/clawfarm/internal/nodestate"
 )
 
 // podRunIndex indexes pods by the run they belong to (the run label), so a
@@ -41,6 +42,14 @@ func (r *Reconciler) watch(mgr ctrl.Manager) error {
 	}); err != nil {
 		return fmt.Errorf("index pods by run: %w", err)
 	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podNodeIndex, func(o client.Object) []string {
+		if p := o.(*corev1.Pod); p.Spec.NodeName != "" && p.Labels[farmv1.LabelKind] == "attempt" && !terminal(p) {
+			return []string{p.Spec.NodeName}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("index pods by node: %w", err)
+	}
 	wakeQueue := handler.EnqueueRequestsFromMapFunc(r.queuedRunsForRigOf)
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&farmv1.AgentRun{}).
@@ -53,7 +62,7 @@ func (r *Reconciler) watch(mgr ctrl.Manager) error {
 		Watches(&farmv1.DeviceRig{}, wakeQueue).
 		Watches(&farmv1.AgentRun{}, handler.EnqueueRequestsFromMapFunc(parentOf)).
 		Watches(&farmv1.AgentRun{}, handler.EnqueueRequestsFromMapFunc(r.joinedOf)).
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.runsOnNode)).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.runsOnNode), builder.WithPredicates(nodestate.Changed)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.Config.MaxConcurrentReconciles)}).
 		Named("agentrun").
 		Complete(r)
@@ -124,18 +133,20 @@ func (r *Reconciler) joinedOf(ctx context.Context, o client.Object) []reconcile.
 	return reqs
 }
 
-// runsOnNode maps a Node to the runs with attempt pods on it.
+// podNodeIndex indexes the live attempt pods by their node, so a node's
+// event finds its runs without a scan of every pod of the farm.
+const podNodeIndex = "farm.clawfarm.dev/attempt-node"
+
+// runsOnNode maps a Node to the runs with live attempt pods on it.
 func (r *Reconciler) runsOnNode(ctx context.Context, o client.Object) []reconcile.Request {
 	var pods corev1.PodList
-	if err := r.List(ctx, &pods, client.MatchingLabels{farmv1.LabelKind: "attempt"}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := r.List(ctx, &pods, client.MatchingFields{podNodeIndex: o.GetName()}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil
 	}
-	var reqs []reconcile.Request
+	reqs := make([]reconcile.Request, 0, len(pods.Items))
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if p.Spec.NodeName == o.GetName() && !terminal(p) {
-			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: p.Labels[farmv1.LabelRun]}})
-		}
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: p.Labels[farmv1.LabelRun]}})
 	}
 	return reqs
 }

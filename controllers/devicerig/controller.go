@@ -28,12 +28,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/internal/conditions"
 	"github.com/clawfarm/clawfarm/internal/lease"
+	"github.com/clawfarm/clawfarm/internal/nodestate"
 )
 
 // Config is the manager's settings for the DeviceRig controller.
@@ -428,7 +428,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&farmv1.DeviceRig{}).
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.rigsOnNode), builder.WithPredicates(nodeStateChanged)).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.rigsOnNode), builder.WithPredicates(nodestate.Changed)).
 		Watches(&coordinationv1.Lease{}, r.leaseEvents()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.Config.MaxConcurrentReconciles)}).
 		Named("devicerig").
@@ -481,30 +481,6 @@ func (r *Reconciler) rigsOnNode(ctx context.Context, o client.Object) []reconcil
 		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&rigs.Items[i])})
 	}
 	return reqs
-}
-
-// nodeStateChanged lets through a node's creation and deletion, and an
-// update only when what a rig's status reads of it changed (nodeState):
-// its Ready condition, spec.unschedulable, its taints. A kubelet's
-// heartbeats and image lists wake no rig.
-var nodeStateChanged = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-	old, okOld := e.ObjectOld.(*corev1.Node)
-	cur, okNew := e.ObjectNew.(*corev1.Node)
-	if !okOld || !okNew {
-		return true
-	}
-	return readyOf(old) != readyOf(cur) || old.Spec.Unschedulable != cur.Spec.Unschedulable ||
-		!equality.Semantic.DeepEqual(old.Spec.Taints, cur.Spec.Taints)
-}}
-
-// readyOf is the part of a node's Ready condition a rig's status shows.
-func readyOf(n *corev1.Node) [2]string {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return [2]string{string(c.Status), c.Message}
-		}
-	}
-	return [2]string{}
 }
 
 // health folds InUse into Ready: a rig in use is a healthy rig.

@@ -19,7 +19,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 )
@@ -125,35 +124,5 @@ func TestIdleRigWritesNothing(t *testing.T) {
 	clk.SetTime(clk.Now().Add(5 * time.Second))
 	if res, err := r2.Reconcile(context.Background(), ctrl.Request{NamespacedName: key}); err != nil || res.RequeueAfter != 10*time.Second || probes.Load() != 22 {
 		t.Errorf("a new manager: requeue %v, err %v, %d probes; want 10s and no probe yet", res.RequeueAfter, err, probes.Load())
-	}
-}
-
-// A node's heartbeats wake none of its rigs; what the rig's status reads of
-// the node does.
-func TestNodeHeartbeatsWakeNoRig(t *testing.T) {
-	base := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", ResourceVersion: "1"},
-		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
-			Message: "kubelet is posting ready status", LastHeartbeatTime: metav1.Now()}}}}
-	for _, tc := range []struct {
-		name   string
-		change func(*corev1.Node)
-		wake   bool
-	}{
-		{"heartbeat", func(n *corev1.Node) {
-			n.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(time.Now().Add(time.Minute))
-			n.Status.Images = []corev1.ContainerImage{{Names: []string{"loop"}}}
-		}, false},
-		{"not ready", func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionFalse }, true},
-		{"ready message", func(n *corev1.Node) { n.Status.Conditions[0].Message = "PLEG is not healthy" }, true},
-		{"cordoned", func(n *corev1.Node) { n.Spec.Unschedulable = true }, true},
-		{"tainted", func(n *corev1.Node) {
-			n.Spec.Taints = []corev1.Taint{{Key: "node.kubernetes.io/unreachable", Effect: corev1.TaintEffectNoExecute}}
-		}, true},
-	} {
-		cur := base.DeepCopy()
-		tc.change(cur)
-		if got := nodeStateChanged.Update(event.UpdateEvent{ObjectOld: base, ObjectNew: cur}); got != tc.wake {
-			t.Errorf("%s: wakes the rigs %v, want %v", tc.name, got, tc.wake)
-		}
 	}
 }
