@@ -209,6 +209,12 @@ const (
 	FinalizerLease = "farm.clawfarm.dev/lease"
 )
 
+// LabelPool is a run's and a rig's pool, the unit a farm shards by
+// (docs/sharding.md): a manager started with --shard caches only the objects
+// whose pool its selector matches, and everything the operator makes for a
+// run carries the run's pool (CarryPool).
+const LabelPool = "farm.clawfarm.dev/pool"
+
 // The annotations that answer a run's approval request
 // (status.progress.approval); kubectl claw approve and deny write them, the
 // loop reads them. An admission policy holds approvedBy to the user who

@@ -5,7 +5,9 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,6 +17,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -58,6 +61,7 @@ type managerFlags struct {
 	metricsSecure                  *bool
 	metricsCertDir                 *string
 	watchNamespaces                *string
+	shard, shardName               *string
 	leaderElect                    *bool
 	leaderNamespace                *string
 	leaseDuration, renewDeadline   *time.Duration
@@ -85,6 +89,8 @@ func newManagerFlags() *managerFlags {
 		metricsSecure:    fs.Bool("metrics-secure", true, "serve metrics over HTTPS to callers whose token may get /metrics (a TokenReview and a SubjectAccessReview per caller); false: plain HTTP to anyone"),
 		metricsCertDir:   fs.String("metrics-cert-dir", "", "directory with the metrics endpoint's tls.crt and tls.key; empty: a self-signed certificate"),
 		watchNamespaces:  fs.String("watch-namespaces", "", "comma-separated namespaces whose AgentRuns, DeviceRigs, pods, Leases and CronJobs the manager watches and caches (the run namespaces); empty: every namespace"),
+		shard:            fs.String("shard", "", "label selector on "+farmv1.LabelPool+" (e.g. '"+farmv1.LabelPool+" in (a,b)'): this manager caches and reconciles only the AgentRuns and DeviceRigs it matches, and what the operator made for them; empty: every pool (docs/sharding.md)"),
+		shardName:        fs.String("shard-name", "", "the shard's name, in its leader-election Lease (clawfarm-manager-<name>.farm.clawfarm.dev), so that each shard elects its own leader; default with --shard: one derived from the selector"),
 		probeAddr:        fs.String("health-probe-bind-address", ":8081", "address the health probes bind to"),
 		leaderElect:      fs.Bool("leader-elect", false, "enable leader election (use it with more than one replica)"),
 		leaderNamespace:  fs.String("leader-election-namespace", "", "namespace of the leader-election Lease (default: the pod's)"),
@@ -155,6 +161,22 @@ func (f *managerFlags) parse(args []string) error {
 			return err
 		}
 	}
+	if _, err := f.shardSelector(); err != nil {
+		fmt.Fprintln(f.fs.Output(), err)
+		return err
+	}
+	if n := *f.shardName; n != "" {
+		if *f.shard == "" {
+			err := fmt.Errorf("invalid value %q for flag -shard-name: it names a shard, and -shard is not set", n)
+			fmt.Fprintln(f.fs.Output(), err)
+			return err
+		}
+		if errs := validation.IsDNS1123Label(n); len(errs) > 0 || len(n) > maxShardName {
+			err := fmt.Errorf("invalid value %q for flag -shard-name: want a DNS label of at most %d characters", n, maxShardName)
+			fmt.Fprintln(f.fs.Output(), err)
+			return err
+		}
+	}
 	if _, err := f.pricingList(); err != nil {
 		fmt.Fprintln(f.fs.Output(), err)
 		return err
@@ -165,6 +187,37 @@ func (f *managerFlags) parse(args []string) error {
 		return err
 	}
 	return nil
+}
+
+// maxShardName leaves room for the chart's Deployment name
+// (<release>-manager-<shard>) and keeps the leader-election Lease's name
+// short.
+const maxShardName = 30
+
+// shardSelector is --shard (nil: no sharding).
+func (f *managerFlags) shardSelector() (labels.Selector, error) {
+	sel, err := agentrun.ParseShard(*f.shard)
+	if err != nil {
+		return nil, fmt.Errorf("invalid value %q for flag -shard: %v", *f.shard, err)
+	}
+	return sel, nil
+}
+
+// leaderElectionID is the name of the leader-election Lease: one per shard,
+// so that each shard's replicas elect their own leader and the shards run
+// side by side. Without --shard it is today's name.
+func (f *managerFlags) leaderElectionID() string {
+	const id = "clawfarm-manager.farm.clawfarm.dev"
+	sel, _ := f.shardSelector() // checked by parse
+	if sel == nil {
+		return id
+	}
+	name := *f.shardName
+	if name == "" {
+		sum := sha256.Sum256([]byte(sel.String())) // the canonical form: the same shard, the same name
+		name = "shard-" + hex.EncodeToString(sum[:5])
+	}
+	return "clawfarm-manager-" + name + ".farm.clawfarm.dev"
 }
 
 // pricingList is the price list ConfigMap --pricing-configmap names (an
@@ -201,7 +254,8 @@ func runManager(args []string) int {
 		return 2
 	}
 	loop, fu := f.podDefaults()
-	prices, _ := f.pricingList() // checked by parse
+	prices, _ := f.pricingList()  // checked by parse
+	shard, _ := f.shardSelector() // checked by parse
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(f.zap)))
 	log := ctrl.Log.WithName("setup")
 
@@ -211,7 +265,7 @@ func runManager(args []string) int {
 		Cache:                   f.cacheOptions(),
 		HealthProbeBindAddress:  *f.probeAddr,
 		LeaderElection:          *f.leaderElect,
-		LeaderElectionID:        "clawfarm-manager.farm.clawfarm.dev",
+		LeaderElectionID:        f.leaderElectionID(),
 		LeaderElectionNamespace: *f.leaderNamespace,
 		LeaseDuration:           f.leaseDuration,
 		RenewDeadline:           f.renewDeadline,
@@ -228,6 +282,7 @@ func runManager(args []string) int {
 		ProbeInterval: *f.probeInterval, ProbeTimeout: *f.probeTimeout,
 		RunWorkers: *f.runWorkers, RigWorkers: *f.rigWorkers,
 		PricingConfigMap: prices,
+		Shard:            shard,
 	}); err != nil {
 		log.Error(err, "cannot set up the controllers")
 		return 1
@@ -240,7 +295,7 @@ func runManager(args []string) int {
 		log.Error(err, "cannot add the ready check")
 		return 1
 	}
-	log.Info("starting the manager", "loopImage", *f.loopImage, "leaderElection", *f.leaderElect)
+	log.Info("starting the manager", "loopImage", *f.loopImage, "leaderElection", *f.leaderElect, "shard", *f.shard, "leaderElectionID", f.leaderElectionID())
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		log.Error(err, "the manager stopped")
 		return 1
@@ -260,6 +315,8 @@ type Settings struct {
 	RunWorkers, RigWorkers      int
 	// PricingConfigMap holds the manager's price list (empty: none).
 	PricingConfigMap types.NamespacedName
+	// Shard is the manager's shard (--shard; nil: no sharding).
+	Shard labels.Selector
 }
 
 func setup(mgr ctrl.Manager, s Settings) error {
@@ -267,7 +324,7 @@ func setup(mgr ctrl.Manager, s Settings) error {
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("agentrun-controller"),
 		Config: agentrun.Config{Loop: s.Loop, FollowUp: s.FollowUp, StartupTimeout: s.StartupTimeout,
 			NodeLostGrace: s.NodeLostGrace, AttemptBackoff: s.AttemptBackoff, RigNotReadyGrace: s.RigNotReadyGrace, MaxConcurrentReconciles: s.RunWorkers,
-			PricingConfigMap: s.PricingConfigMap},
+			PricingConfigMap: s.PricingConfigMap, Shard: s.Shard},
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("agentrun controller: %w", err)
 	}
@@ -347,7 +404,9 @@ func (f *managerFlags) metricsOptions() metricsserver.Options {
 }
 
 // cacheOptions is the manager's cache: the run namespaces with
-// --watch-namespaces, and only the objects the operator labels.
+// --watch-namespaces, only the objects the operator labels, and with
+// --shard only the shard's.
 func (f *managerFlags) cacheOptions() cache.Options {
-	return agentrun.CacheOptions(contract.SplitList(*f.watchNamespaces))
+	shard, _ := f.shardSelector() // checked by parse
+	return agentrun.CacheOptions(contract.SplitList(*f.watchNamespaces), shard)
 }

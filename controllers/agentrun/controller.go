@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -62,6 +63,11 @@ type Config struct {
 	PricingConfigMap types.NamespacedName
 	// MaxConcurrentReconciles of the controller.
 	MaxConcurrentReconciles int
+	// Shard is the manager's shard (--shard, a selector on
+	// farm.clawfarm.dev/pool; nil: no sharding). The cache holds only its
+	// runs and rigs (CacheOptions); with it, a rigRef run whose rig is in
+	// another pool fails InvalidConfig.
+	Shard labels.Selector
 }
 
 // Reconciler reconciles AgentRuns.

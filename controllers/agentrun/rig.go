@@ -54,6 +54,10 @@ func (s *step) acquire(ctx context.Context) (claim, error) {
 	if err != nil {
 		return queued, err
 	}
+	if c.invalid != "" {
+		s.finishWith(farmv1.RunFailed, farmv1.ReasonInvalidConfig, c.invalid)
+		return queued, nil
+	}
 	if len(c.rigs) > 0 {
 		forRig := ""
 		if ref := s.run.Spec.RigRef; ref != nil {
@@ -128,6 +132,42 @@ type rigChoice struct {
 	rigs []*farmv1.DeviceRig // Ready, schedulable and matching, in name order
 	// why and reason (a RigLeased condition reason) say why the run waits.
 	why, reason string
+	// invalid says why the run can never take its rig: it fails InvalidConfig.
+	invalid string
+}
+
+// sharded says the manager serves one shard of the farm (Config.Shard).
+func (r *Reconciler) sharded() bool {
+	return r.Config.Shard != nil && !r.Config.Shard.Empty()
+}
+
+// otherPool says why a sharded manager's run may not take rig: the rig is in
+// another pool (farm.clawfarm.dev/pool) than the run, so it may be another
+// shard's, whose manager would hand it out too. Admission refuses what it
+// can see (docs/sharding.md); a rigRef naming another pool's rig it cannot.
+func (r *Reconciler) otherPool(run *farmv1.AgentRun, rig *farmv1.DeviceRig) string {
+	if !r.sharded() {
+		return ""
+	}
+	runPool, rigPool := run.Labels[farmv1.LabelPool], rig.Labels[farmv1.LabelPool]
+	if runPool == rigPool {
+		return ""
+	}
+	if rigPool == "" {
+		return fmt.Sprintf("rig %s is in no pool but run %s is in pool %s (label %s): "+
+			"name a rig of pool %s in spec.rigRef, or ask a rig administrator to label rig %s with its pool",
+			rig.Name, run.Name, runPool, farmv1.LabelPool, runPool, rig.Name)
+	}
+	return fmt.Sprintf("rig %s is in pool %s but run %s is in pool %s (label %s): "+
+		"name a rig of pool %s in spec.rigRef, or create the run with %s=%s",
+		rig.Name, rigPool, run.Name, orNone(runPool), farmv1.LabelPool, orNone(runPool), farmv1.LabelPool, rigPool)
+}
+
+func orNone(pool string) string {
+	if pool == "" {
+		return "(none)"
+	}
+	return pool
 }
 
 // candidates lists the rigs the run may take now: Ready, schedulable,
@@ -136,11 +176,21 @@ func (s *step) candidates(ctx context.Context) (rigChoice, error) {
 	var all []farmv1.DeviceRig
 	if ref := s.run.Spec.RigRef; ref != nil {
 		var rig farmv1.DeviceRig
-		if err := s.r.Get(ctx, types.NamespacedName{Namespace: s.run.Namespace, Name: ref.Name}, &rig); err != nil {
+		key := types.NamespacedName{Namespace: s.run.Namespace, Name: ref.Name}
+		err := s.r.Get(ctx, key, &rig)
+		if apierrors.IsNotFound(err) && s.r.sharded() {
+			// Not in this shard's cache: the rig may be another shard's,
+			// which only the API server shows.
+			err = s.r.APIReader.Get(ctx, key, &rig)
+		}
+		if err != nil {
 			if apierrors.IsNotFound(err) {
 				return rigChoice{why: fmt.Sprintf("rig %s does not exist", ref.Name), reason: farmv1.ReasonRigNotFound}, nil
 			}
 			return rigChoice{}, fmt.Errorf("get rig %s: %w", ref.Name, err)
+		}
+		if why := s.r.otherPool(s.run, &rig); why != "" {
+			return rigChoice{invalid: why}, nil
 		}
 		all = []farmv1.DeviceRig{rig}
 	} else {

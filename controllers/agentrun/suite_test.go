@@ -100,7 +100,7 @@ func startManager() (context.CancelFunc, chan struct{}) {
 		Scheme:     scheme,
 		Metrics:    metricsserver.Options{BindAddress: "0"},
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-		Cache:      agentrun.CacheOptions(nil), // the manager's: only the objects the operator labels
+		Cache:      agentrun.CacheOptions(nil, nil), // the manager's: only the objects the operator labels
 	})
 	if err != nil {
 		panic(err)

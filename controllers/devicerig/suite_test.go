@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 		Scheme:     env.Scheme,
 		Metrics:    metricsserver.Options{BindAddress: "0"},
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-		Cache:      agentrun.CacheOptions(nil), // the manager's: only the objects the operator labels
+		Cache:      agentrun.CacheOptions(nil, nil), // the manager's: only the objects the operator labels
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -286,12 +286,12 @@ func BuildPod(s Spec) *corev1.Pod {
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: run.Namespace,
 			Name:      name,
-			Labels: map[string]string{
+			Labels: farmv1.CarryPool(map[string]string{
 				farmv1.LabelRun:     run.Name,
 				farmv1.LabelRig:     rig.Name,
 				farmv1.LabelAttempt: strconv.Itoa(int(s.Attempt)),
 				farmv1.LabelKind:    "attempt",
-			},
+			}, run.Labels),
 			Annotations: map[string]string{farmv1.AnnotationRetry: strconv.Itoa(int(s.Retry))},
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: farmv1.GroupVersion.String(), Kind: "AgentRun", Name: run.Name, UID: run.UID,

@@ -84,8 +84,8 @@ func WaitCronJob(parent, child *farmv1.AgentRun, fireAt time.Time, d JobDefaults
 		return nil, err
 	}
 	cj := cronJob(parent.Namespace, name, PinnedSchedule(fireAt), req, d)
-	cj.Labels = map[string]string{farmv1.LabelKind: farmv1.KindFollowUp, farmv1.LabelRun: parent.Name,
-		farmv1.LabelParentUID: string(parent.UID)}
+	cj.Labels = farmv1.CarryPool(map[string]string{farmv1.LabelKind: farmv1.KindFollowUp, farmv1.LabelRun: parent.Name,
+		farmv1.LabelParentUID: string(parent.UID)}, parent.Labels)
 	cj.OwnerReferences = []metav1.OwnerReference{{
 		APIVersion: farmv1.GroupVersion.String(), Kind: "AgentRun", Name: parent.Name, UID: parent.UID,
 		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
@@ -119,8 +119,8 @@ func AgentJobCronJob(run *farmv1.AgentRun, rig *farmv1.DeviceRig, job contract.J
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: run.Namespace,
 			Name:      agentJobRunPrefix(rig.Name, job.ID),
-			Labels: map[string]string{farmv1.LabelRig: rig.Name, farmv1.LabelJobID: dnsLabel(job.ID),
-				farmv1.LabelParentUID: string(run.UID)},
+			Labels: farmv1.CarryPool(map[string]string{farmv1.LabelRig: rig.Name, farmv1.LabelJobID: dnsLabel(job.ID),
+				farmv1.LabelParentUID: string(run.UID)}, run.Labels),
 			Annotations: map[string]string{farmv1.AnnotationCreatedBy: run.Name},
 		},
 		Spec: spec,
@@ -136,8 +136,8 @@ func AgentJobCronJob(run *farmv1.AgentRun, rig *farmv1.DeviceRig, job contract.J
 		return nil, err
 	}
 	cj := cronJob(run.Namespace, name, job.Schedule, enc, d)
-	cj.Labels = map[string]string{farmv1.LabelKind: farmv1.KindAgentJob, farmv1.LabelRig: rig.Name,
-		farmv1.LabelJobID: dnsLabel(job.ID), farmv1.LabelParentUID: string(run.UID)}
+	cj.Labels = farmv1.CarryPool(map[string]string{farmv1.LabelKind: farmv1.KindAgentJob, farmv1.LabelRig: rig.Name,
+		farmv1.LabelJobID: dnsLabel(job.ID), farmv1.LabelParentUID: string(run.UID)}, run.Labels)
 	cj.Annotations = map[string]string{farmv1.AnnotationDescription: Clip(job.Description, 1024),
 		farmv1.AnnotationCreatedBy: run.Name, farmv1.AnnotationExpires: exp.Format(time.RFC3339)}
 	cj.OwnerReferences = []metav1.OwnerReference{{

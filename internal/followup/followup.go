@@ -76,7 +76,8 @@ func OriginalTask(run *farmv1.AgentRun) string {
 }
 
 // ChildRun builds the follow-up AgentRun: the parent's spec with a new
-// trigger, labelled with the chain, the parent and the parent's UID.
+// trigger, labelled with the chain, the parent and the parent's UID, and in
+// the parent's pool (its shard).
 func ChildRun(parent *farmv1.AgentRun, n Next, trigger string) *farmv1.AgentRun {
 	spec := *parent.Spec.DeepCopy()
 	spec.Cancel = false
@@ -86,8 +87,8 @@ func ChildRun(parent *farmv1.AgentRun, n Next, trigger string) *farmv1.AgentRun 
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: parent.Namespace,
 			Name:      n.Name,
-			Labels: map[string]string{farmv1.LabelChainRoot: n.Root, farmv1.LabelParent: parent.Name,
-				farmv1.LabelParentUID: string(parent.UID)},
+			Labels: farmv1.CarryPool(map[string]string{farmv1.LabelChainRoot: n.Root, farmv1.LabelParent: parent.Name,
+				farmv1.LabelParentUID: string(parent.UID)}, parent.Labels),
 			Annotations: map[string]string{farmv1.AnnotationChain: fmt.Sprint(n.Chain)},
 		},
 		Spec: spec,

@@ -23,11 +23,14 @@ type Holder struct {
 	Namespace string
 	Name      string
 	UID       types.UID
+	// Pool is the run's pool label (farmv1.LabelPool), which the Lease
+	// carries so that a sharded manager's cache holds it; empty: none.
+	Pool string
 }
 
 // HolderOf returns the holder identity of a run.
 func HolderOf(run *farmv1.AgentRun) Holder {
-	return Holder{Namespace: run.Namespace, Name: run.Name, UID: run.UID}
+	return Holder{Namespace: run.Namespace, Name: run.Name, UID: run.UID, Pool: run.Labels[farmv1.LabelPool]}
 }
 
 // Result of an acquisition attempt.
@@ -104,7 +107,7 @@ func HandOver(ctx context.Context, c client.Client, rig string, from, to Holder)
 
 // hold makes the rig's Lease l say that h holds it, since now: the holder
 // identity and acquire time, and the labels the queue and the rig's status
-// read (the rig's name is the Lease's).
+// read (the rig's name is the Lease's), and the holder's pool.
 func hold(l *coordinationv1.Lease, h Holder) {
 	holder := string(h.UID)
 	now := metav1.NewMicroTime(time.Now())
@@ -115,6 +118,11 @@ func hold(l *coordinationv1.Lease, h Holder) {
 	l.Labels[farmv1.LabelRig] = l.Name
 	l.Labels[farmv1.LabelRun] = h.Name
 	l.Labels[farmv1.LabelRunUID] = string(h.UID)
+	if h.Pool != "" {
+		l.Labels[farmv1.LabelPool] = h.Pool
+	} else {
+		delete(l.Labels, farmv1.LabelPool)
+	}
 }
 
 // ReleaseStale deletes a Lease whose holder is gone, guarded by its UID and
