@@ -21,6 +21,60 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: manager
 {{- end -}}
 
+{{/*
+The manager Deployments: [{}] without shards (one manager, as ever), else
+shards as given. A shard name or a pool given twice fails the render: a
+pool served by two shards would have two managers hand out its rigs.
+*/}}
+{{- define "clawfarm.shards" -}}
+{{- if .Values.shards -}}
+{{- $names := dict -}}
+{{- $pools := dict -}}
+{{- range .Values.shards -}}
+{{- if hasKey $names .name -}}
+{{- fail (printf "shards: two shards are named %s; give each its own name" .name) -}}
+{{- end -}}
+{{- $_ := set $names .name true -}}
+{{- $shard := .name -}}
+{{- range .pools -}}
+{{- if hasKey $pools . -}}
+{{- fail (printf "shards: pool %s is in shards %s and %s; a pool belongs to one shard" . (get $pools .) $shard) -}}
+{{- end -}}
+{{- $_ := set $pools . $shard -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml .Values.shards -}}
+{{- else -}}
+{{- toYaml (list (dict)) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Every pool a shard serves, in shard order. */}}
+{{- define "clawfarm.shardPools" -}}
+{{- $pools := list -}}
+{{- range .Values.shards -}}
+{{- $pools = concat $pools .pools -}}
+{{- end -}}
+{{- toYaml $pools -}}
+{{- end -}}
+
+{{/* A manager Deployment's name: (dict "root" $ "shard" $shard). */}}
+{{- define "clawfarm.managerName" -}}
+{{- if .shard.name -}}
+{{- printf "%s-manager-%s" (include "clawfarm.fullname" .root) .shard.name -}}
+{{- else -}}
+{{- printf "%s-manager" (include "clawfarm.fullname" .root) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A manager Deployment's pod selector: every manager's labels, and its shard's. */}}
+{{- define "clawfarm.managerSelectorLabels" -}}
+{{ include "clawfarm.selectorLabels" .root }}
+{{- with .shard.name }}
+farm.clawfarm.dev/shard: {{ . }}
+{{- end }}
+{{- end -}}
+
 {{- define "clawfarm.serverSelectorLabels" -}}
 app.kubernetes.io/name: {{ .Chart.Name }}
 app.kubernetes.io/instance: {{ .Release.Name }}
