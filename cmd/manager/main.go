@@ -90,7 +90,7 @@ func newManagerFlags() *managerFlags {
 		metricsCertDir:   fs.String("metrics-cert-dir", "", "directory with the metrics endpoint's tls.crt and tls.key; empty: a self-signed certificate"),
 		watchNamespaces:  fs.String("watch-namespaces", "", "comma-separated namespaces whose AgentRuns, DeviceRigs, pods, Leases and CronJobs the manager watches and caches (the run namespaces); empty: every namespace"),
 		shard:            fs.String("shard", "", "label selector on "+farmv1.LabelPool+" (e.g. '"+farmv1.LabelPool+" in (a,b)'): this manager caches and reconciles only the AgentRuns and DeviceRigs it matches, and what the operator made for them; empty: every pool (docs/sharding.md)"),
-		shardName:        fs.String("shard-name", "", "the shard's name, in its leader-election Lease (clawfarm-manager-<name>.farm.clawfarm.dev), so that each shard elects its own leader; default with --shard: one derived from the selector"),
+		shardName:        fs.String("shard-name", "", "the shard's name, in its leader-election Lease (clawfarm-manager-<name>.farm.clawfarm.dev), so that each shard — by --shard, or by disjoint --watch-namespaces — elects its own leader; default with --shard: one derived from the selector, without: none (clawfarm-manager.farm.clawfarm.dev)"),
 		probeAddr:        fs.String("health-probe-bind-address", ":8081", "address the health probes bind to"),
 		leaderElect:      fs.Bool("leader-elect", false, "enable leader election (use it with more than one replica)"),
 		leaderNamespace:  fs.String("leader-election-namespace", "", "namespace of the leader-election Lease (default: the pod's)"),
@@ -166,11 +166,6 @@ func (f *managerFlags) parse(args []string) error {
 		return err
 	}
 	if n := *f.shardName; n != "" {
-		if *f.shard == "" {
-			err := fmt.Errorf("invalid value %q for flag -shard-name: it names a shard, and -shard is not set", n)
-			fmt.Fprintln(f.fs.Output(), err)
-			return err
-		}
 		if errs := validation.IsDNS1123Label(n); len(errs) > 0 || len(n) > maxShardName {
 			err := fmt.Errorf("invalid value %q for flag -shard-name: want a DNS label of at most %d characters", n, maxShardName)
 			fmt.Fprintln(f.fs.Output(), err)
@@ -205,14 +200,15 @@ func (f *managerFlags) shardSelector() (labels.Selector, error) {
 
 // leaderElectionID is the name of the leader-election Lease: one per shard,
 // so that each shard's replicas elect their own leader and the shards run
-// side by side. Without --shard it is today's name.
+// side by side; --shard-name alone names a shard by namespace
+// (--watch-namespaces). Without either it is the unsharded manager's name.
 func (f *managerFlags) leaderElectionID() string {
 	const id = "clawfarm-manager.farm.clawfarm.dev"
 	sel, _ := f.shardSelector() // checked by parse
-	if sel == nil {
+	name := *f.shardName
+	if name == "" && sel == nil {
 		return id
 	}
-	name := *f.shardName
 	if name == "" {
 		sum := sha256.Sum256([]byte(sel.String())) // the canonical form: the same shard, the same name
 		name = "shard-" + hex.EncodeToString(sum[:5])

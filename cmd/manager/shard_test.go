@@ -105,6 +105,9 @@ func TestShardLeaderElectionIDs(t *testing.T) {
 	if again := id("--shard=" + farmv1.LabelPool + " in (c, b)"); again != b {
 		t.Errorf("the same shard written differently: %q, want %q", again, b)
 	}
+	if ns := id("--watch-namespaces=team-a", "--shard-name=team-a"); ns != "clawfarm-manager-team-a.farm.clawfarm.dev" {
+		t.Errorf("a shard by namespace: leader election id %q", ns)
+	}
 }
 
 func TestShardFlagErrors(t *testing.T) {
@@ -115,7 +118,6 @@ func TestShardFlagErrors(t *testing.T) {
 		{[]string{"--shard=" + farmv1.LabelPool + " in (a"}, "invalid value"},
 		{[]string{"--shard=team=a"}, "a shard selects by " + farmv1.LabelPool + " only"},
 		{[]string{"--shard=" + farmv1.LabelPool + "=a,team=x"}, "requirement \"team=x\""},
-		{[]string{"--shard-name=a"}, "-shard is not set"},
 		{[]string{"--shard=" + farmv1.LabelPool + "=a", "--shard-name=A_b"}, "want a DNS label"},
 	} {
 		f := newManagerFlags()
