@@ -171,3 +171,41 @@ func TestChartRefusesBadShards(t *testing.T) {
 		}
 	}
 }
+
+// Each shard's managers export their own shard's gauges: the ServiceMonitor
+// labels every series with the shard, and the dashboard sums the shards'
+// maxima (the max over one shard's replicas, as before).
+func TestChartShardMetrics(t *testing.T) {
+	sm := func(args ...string) object {
+		for _, o := range renderChart(t, append([]string{"--set", "metrics.serviceMonitor.enabled=true"}, args...)...) {
+			if o["kind"] == "ServiceMonitor" {
+				return o
+			}
+		}
+		t.Fatal("no ServiceMonitor")
+		return nil
+	}
+	if l := dig(sm(), "spec", "podTargetLabels"); l != nil {
+		t.Errorf("without shards: podTargetLabels %v", l)
+	}
+	if l := dig(sm("--set-json", exampleShards), "spec", "podTargetLabels"); !reflect.DeepEqual(l, []any{"farm.clawfarm.dev/shard"}) {
+		t.Errorf("with shards: podTargetLabels %v, want the shard label", l)
+	}
+	b, err := os.ReadFile("../../charts/clawfarm/dashboards/clawfarm.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gauges := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.Contains(line, `"expr"`) || !strings.Contains(line, "max") {
+			continue
+		}
+		gauges++
+		if !strings.Contains(line, "farm_clawfarm_dev_shard)") || !strings.Contains(line, "sum") {
+			t.Errorf("dashboard query %s: want the sum over shards of each shard's max", strings.TrimSpace(line))
+		}
+	}
+	if gauges == 0 {
+		t.Error("the dashboard has no gauge query")
+	}
+}
