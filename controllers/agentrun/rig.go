@@ -59,11 +59,9 @@ func (s *step) acquire(ctx context.Context) (claim, error) {
 		return queued, nil
 	}
 	if len(c.rigs) > 0 {
-		forRig := ""
-		if ref := s.run.Spec.RigRef; ref != nil {
-			forRig = ref.Name
-		}
-		q, err := s.r.readQueue(ctx, s.run.Namespace, forRig, "")
+		// Any of the run's rigs leads to the part of the queue that decides
+		// which of them it gets: the part holds every rig its selector matches.
+		q, err := s.r.readQueue(ctx, s.run.Namespace, c.rigs[0].Name, "")
 		if err != nil {
 			return queued, err
 		}
@@ -195,7 +193,11 @@ func (s *step) candidates(ctx context.Context) (rigChoice, error) {
 		all = []farmv1.DeviceRig{rig}
 	} else {
 		var list farmv1.DeviceRigList
-		if err := s.r.List(ctx, &list, client.InNamespace(s.run.Namespace)); err != nil {
+		var sel client.MatchingLabels
+		if s.run.Spec.RigSelector != nil {
+			sel = s.run.Spec.RigSelector.MatchLabels // the cache filters before it copies: a pool's rigs, not the farm's
+		}
+		if err := s.r.List(ctx, &list, client.InNamespace(s.run.Namespace), sel); err != nil {
 			return rigChoice{}, fmt.Errorf("list rigs: %w", err)
 		}
 		all = list.Items
@@ -252,7 +254,7 @@ func (s *step) releaseRig(ctx context.Context) error {
 		return err
 	}
 	handed := false
-	if next != nil && next.UID != s.run.UID {
+	if next != nil && next.UID != s.run.UID && s.mayHandTo(next) {
 		if handed, err = lease.HandOver(ctx, s.r.Client, s.heldRig, lease.HolderOf(s.run), lease.HolderOf(next)); err != nil {
 			return err
 		}
@@ -271,6 +273,19 @@ func (s *step) releaseRig(ctx context.Context) error {
 	}
 	s.heldRig = ""
 	return nil
+}
+
+// mayHandTo says whether the held rig may pass straight to next. A sharded
+// manager hands it only to a run of the rig's pool: any other run takes the
+// rig through candidates, which fails a rigRef to another pool's rig.
+func (s *step) mayHandTo(next *farmv1.AgentRun) bool {
+	if !s.r.sharded() {
+		return true
+	}
+	if s.rig != nil && s.rig.Name == s.heldRig {
+		return s.r.otherPool(next, s.rig) == ""
+	}
+	return next.Labels[farmv1.LabelPool] == s.run.Labels[farmv1.LabelPool]
 }
 
 // rigLost handles a held rig whose DeviceRig was deleted: the attempt is
