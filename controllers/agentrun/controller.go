@@ -80,6 +80,8 @@ type Reconciler struct {
 	Config    Config
 
 	notes notes
+	// selectors are the selectors runs wait with, per namespace (queue.go).
+	selectors selectorBook
 	// observeStart, when set, replaces the queue-wait and time-to-pod
 	// histograms (tests).
 	observeStart func(queueWait, timeToPod time.Duration)

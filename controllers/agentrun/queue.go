@@ -4,8 +4,9 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"sync"
+	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -16,8 +17,9 @@ import (
 )
 
 // queueIndex indexes the runs waiting for a rig by what they wait for:
-// "rig/<name>" for a rigRef run, "selector" for a selector run. Runs that wait
-// for nothing are not indexed, so a farm's history costs the queue nothing.
+// "rig/<name>" for a rigRef run, "selector/<matchLabels>" for a selector run
+// (its labels sorted, as labels.Set prints them). Runs that wait for nothing
+// are not indexed, so a farm's history costs the queue nothing.
 const queueIndex = "farm.clawfarm.dev/queue"
 
 func queueKey(run *farmv1.AgentRun) []string {
@@ -27,29 +29,109 @@ func queueKey(run *farmv1.AgentRun) []string {
 	case run.Spec.RigRef != nil:
 		return []string{"rig/" + run.Spec.RigRef.Name}
 	case run.Spec.RigSelector != nil:
-		return []string{"selector"}
+		return []string{"selector/" + labels.Set(run.Spec.RigSelector.MatchLabels).String()}
 	}
 	return nil
 }
 
-// queue is a namespace's rig queue as the cache shows it: the runs waiting
-// for a rig, oldest first, and the free rigs handed out to them.
+// indexQueue is the queue index's function: queueKey, noting each selector
+// the namespace's runs wait with, so a queue read can find them without
+// listing every waiting run.
+func (r *Reconciler) indexQueue(o client.Object) []string {
+	run := o.(*farmv1.AgentRun)
+	keys := queueKey(run)
+	if len(keys) == 1 && run.Spec.RigRef == nil {
+		r.selectors.note(run.Namespace, keys[0], run.Spec.RigSelector.MatchLabels, r.now())
+	}
+	return keys
+}
+
+func (r *Reconciler) now() time.Time {
+	if r.Clock == nil {
+		return time.Now()
+	}
+	return r.Clock.Now()
+}
+
+// selectorBook remembers, per namespace, the selectors runs have waited
+// with: a handful on a real farm (pools, models, node groups), whatever
+// its number of runs. A selector no run has been indexed with for
+// selectorForget, and that no run waits with, is forgotten.
+type selectorBook struct {
+	mu   sync.Mutex
+	byNS map[string]map[string]*selectorEntry
+}
+
+type selectorEntry struct {
+	set      labels.Set
+	lastSeen time.Time
+}
+
+const selectorForget = 10 * time.Minute
+
+func (b *selectorBook) note(namespace, key string, set map[string]string, now time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.byNS == nil {
+		b.byNS = map[string]map[string]*selectorEntry{}
+	}
+	ns := b.byNS[namespace]
+	if ns == nil {
+		ns = map[string]*selectorEntry{}
+		b.byNS[namespace] = ns
+	}
+	if e := ns[key]; e != nil {
+		e.lastSeen = now
+		return
+	}
+	ns[key] = &selectorEntry{set: labels.Set(set), lastSeen: now}
+}
+
+// all is a copy of the namespace's selectors, key → labels.
+func (b *selectorBook) all(namespace string) map[string]labels.Set {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make(map[string]labels.Set, len(b.byNS[namespace]))
+	for k, e := range b.byNS[namespace] {
+		out[k] = e.set
+	}
+	return out
+}
+
+// forget drops a selector no run waits with, unless a run was indexed
+// with it within selectorForget (it may be on its way into the cache).
+func (b *selectorBook) forget(namespace, key string, now time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if e := b.byNS[namespace][key]; e != nil && now.Sub(e.lastSeen) > selectorForget {
+		delete(b.byNS[namespace], key)
+	}
+}
+
+// queue is a part of a namespace's rig queue as the cache shows it: the
+// runs waiting for a rig, oldest first, and the free rigs handed out to them.
 type queue struct {
 	waiting []*farmv1.AgentRun
 	// given maps a waiting run to the free rig it may take now.
 	given map[string]string
 }
 
-// readQueue hands the namespace's free rigs to its waiting runs: oldest run
-// first (creation time, then name), each taking the first free usable rig, by
-// name, that it may use. A rig is free while no Lease names it. This is FIFO
-// per rig, and it lets N free rigs go to the N oldest runs in one pass, which
-// a plain "head of each rig's queue" cannot do for selector runs (every rig's
-// head would be the same run).
+// readQueue hands free rigs to waiting runs: oldest run first (creation
+// time, then name), each taking the first free usable rig, by name, that it
+// may use. A rig is free while no Lease names it. This is FIFO per rig, and
+// it lets N free rigs go to the N oldest runs in one pass, which a plain
+// "head of each rig's queue" cannot do for selector runs (every rig's head
+// would be the same run).
 //
-// Only the runs that can take a free rig are read: those naming a free rig
-// and those with a selector. When no selector run waits and the caller cares
-// about one rig (forRig), only that rig's runs are read.
+// With forRig, only the part of the queue that can decide who gets forRig is
+// read: the rigs and waiting selectors connected to it (a selector that
+// matches one of the rigs brings in every rig it matches, and so on), and
+// the rigRef runs of those rigs. Nothing outside that part can take one of
+// its rigs, and nothing inside can take a rig outside it, so the hand-out
+// is the one a read of the whole namespace would make. On a farm whose
+// selectors name pools, that is one pool's rigs and runs, not the farm's;
+// one rig's alone when no selector run waits for it. Without forRig the
+// whole namespace is read.
 //
 // freeing names a rig its holder is about to give up: it counts as free, so
 // the holder can hand it to the run it goes to next.
@@ -58,31 +140,28 @@ type queue struct {
 // (it is skipped by its Lease), and a Lease just taken may not show yet (the
 // Create fails and the Lease's event wakes the queue again).
 func (r *Reconciler) readQueue(ctx context.Context, namespace, forRig, freeing string) (*queue, error) {
-	selectors, err := r.listWaiting(ctx, namespace, "selector")
+	rigs, selectors, err := r.queuePart(ctx, namespace, forRig)
 	if err != nil {
 		return nil, err
 	}
 	if len(selectors) == 0 && forRig != "" {
 		return r.readRigQueue(ctx, namespace, forRig, freeing) // no selector run could take another rig first
 	}
-	var rigs farmv1.DeviceRigList
-	if err := r.List(ctx, &rigs, client.InNamespace(namespace), client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("list rigs: %w", err)
-	}
-	var leases coordinationv1.LeaseList
-	if err := r.List(ctx, &leases, client.InNamespace(namespace), client.HasLabels{farmv1.LabelRunUID}, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("list leases: %w", err)
-	}
 	leased := map[string]bool{}
-	holding := map[string]bool{} // run UIDs that hold a Lease
-	for i := range leases.Items {
-		_, uid := lease.HolderRun(&leases.Items[i])
-		leased[leases.Items[i].Name] = leases.Items[i].Name != freeing
-		holding[string(uid)] = true
+	holding := map[types.UID]bool{} // runs that hold a Lease of this part
+	for _, rig := range rigs {
+		l, err := lease.Get(ctx, r.Client, namespace, rig.Name)
+		if err != nil {
+			return nil, err
+		}
+		if l != nil && lease.IsRigLease(l) {
+			_, uid := lease.HolderRun(l)
+			leased[rig.Name] = rig.Name != freeing
+			holding[uid] = true
+		}
 	}
 	var free []*farmv1.DeviceRig
-	for i := range rigs.Items {
-		rig := &rigs.Items[i]
+	for _, rig := range rigs {
 		if !leased[rig.Name] && usable(rig) {
 			free = append(free, rig)
 		}
@@ -99,7 +178,7 @@ func (r *Reconciler) readQueue(ctx context.Context, namespace, forRig, freeing s
 		waiting = append(waiting, more...)
 	}
 	for _, run := range waiting {
-		if !holding[string(run.UID)] {
+		if !holding[run.UID] {
 			q.waiting = append(q.waiting, run)
 		}
 	}
@@ -117,6 +196,78 @@ func (r *Reconciler) readQueue(ctx context.Context, namespace, forRig, freeing s
 		}
 	}
 	return q, nil
+}
+
+// queuePart finds the rigs and the waiting selector runs connected to
+// forRig (all of the namespace's without it), through the cache's indexes
+// and labels: a selector with no waiting run connects nothing.
+func (r *Reconciler) queuePart(ctx context.Context, namespace, forRig string) ([]*farmv1.DeviceRig, []*farmv1.AgentRun, error) {
+	rigs := map[string]*farmv1.DeviceRig{}
+	var fresh []*farmv1.DeviceRig // rigs not yet matched against the selectors
+	addRigs := func(opts ...client.ListOption) error {
+		var list farmv1.DeviceRigList
+		if err := r.List(ctx, &list, append(opts, client.InNamespace(namespace), client.UnsafeDisableDeepCopy)...); err != nil {
+			return fmt.Errorf("list rigs: %w", err)
+		}
+		for i := range list.Items {
+			if rig := &list.Items[i]; rigs[rig.Name] == nil {
+				rigs[rig.Name] = rig
+				fresh = append(fresh, rig)
+			}
+		}
+		return nil
+	}
+	if forRig == "" {
+		if err := addRigs(); err != nil {
+			return nil, nil, err
+		}
+	} else {
+		var rig farmv1.DeviceRig
+		if err := r.Get(ctx, types.NamespacedName{Namespace: namespace, Name: forRig}, &rig); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil, nil, nil
+			}
+			return nil, nil, fmt.Errorf("get rig %s: %w", forRig, err)
+		}
+		rigs[rig.Name] = &rig
+		fresh = append(fresh, &rig)
+	}
+	pending := r.selectors.all(namespace) // selectors not yet in the part
+	var waiting []*farmv1.AgentRun
+	for len(fresh) > 0 && len(pending) > 0 {
+		batch := fresh
+		fresh = nil
+		for key, set := range pending {
+			matches := false
+			for _, rig := range batch {
+				if labels.SelectorFromSet(set).Matches(labels.Set(rig.Labels)) {
+					matches = true
+					break
+				}
+			}
+			if !matches {
+				continue
+			}
+			delete(pending, key)
+			runs, err := r.listWaiting(ctx, namespace, key)
+			if err != nil {
+				return nil, nil, err
+			}
+			if len(runs) == 0 {
+				r.selectors.forget(namespace, key, r.now())
+				continue
+			}
+			waiting = append(waiting, runs...)
+			if err := addRigs(client.MatchingLabels(set)); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	out := make([]*farmv1.DeviceRig, 0, len(rigs))
+	for _, rig := range rigs {
+		out = append(out, rig)
+	}
+	return out, waiting, nil
 }
 
 // readRigQueue is readQueue for one rig when only rigRef runs wait: the rig,

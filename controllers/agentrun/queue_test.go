@@ -2,6 +2,8 @@ package agentrun
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -161,8 +163,111 @@ func newQueueReconciler(t *testing.T, objs ...client.Object) *Reconciler {
 	if err := coordinationv1.AddToScheme(s); err != nil {
 		t.Fatal(err)
 	}
-	c := fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).
-		WithIndex(&farmv1.AgentRun{}, queueIndex, func(o client.Object) []string { return queueKey(o.(*farmv1.AgentRun)) }).
+	r := &Reconciler{}
+	r.Client = fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).
+		WithIndex(&farmv1.AgentRun{}, queueIndex, r.indexQueue).
 		Build()
-	return &Reconciler{Client: c}
+	// The manager's cache indexes each run as it arrives; the fake client
+	// only when it lists.
+	for _, o := range objs {
+		if run, ok := o.(*farmv1.AgentRun); ok {
+			r.indexQueue(run)
+		}
+	}
+	return r
+}
+
+// A read for one rig reads only the part of the queue connected to it, and
+// hands that rig out as a read of the whole namespace would. Selectors may
+// chain parts together: a rig matched by two selectors joins their pools.
+func TestQueuePartDecidesAsTheWholeQueue(t *testing.T) {
+	base := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	rnd := rand.New(rand.NewPCG(7, 11))
+	for trial := 0; trial < 40; trial++ {
+		var objs []client.Object
+		pools := []string{"a", "b", "c", "d"}
+		nRigs := 4 + rnd.IntN(12)
+		for i := 0; i < nRigs; i++ {
+			lbl := map[string]string{"pool": pools[rnd.IntN(len(pools))]}
+			if rnd.IntN(4) == 0 {
+				lbl["gpu"] = "yes"
+			}
+			phase := farmv1.RigReady
+			if rnd.IntN(5) == 0 {
+				phase = farmv1.RigNotReady
+			}
+			name := fmt.Sprintf("rig-%02d", i)
+			objs = append(objs, &farmv1.DeviceRig{ObjectMeta: metav1.ObjectMeta{Namespace: "farm", Name: name, Labels: lbl},
+				Status: farmv1.DeviceRigStatus{Phase: phase}})
+			if rnd.IntN(3) == 0 {
+				holder := "uid-holder-" + name
+				objs = append(objs, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "farm", Name: name,
+					Labels: map[string]string{farmv1.LabelRig: name, farmv1.LabelRun: "holder-" + name, farmv1.LabelRunUID: holder}},
+					Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder}})
+			}
+		}
+		for i := 0; i < 30; i++ {
+			run := &farmv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: "farm", Name: fmt.Sprintf("run-%02d", i),
+				UID: types.UID(fmt.Sprintf("uid-%d", i)), CreationTimestamp: metav1.NewTime(base.Add(time.Duration(rnd.IntN(20)) * time.Second))},
+				Status: farmv1.AgentRunStatus{Phase: farmv1.RunQueued}}
+			switch rnd.IntN(3) {
+			case 0:
+				run.Spec.RigRef = &farmv1.RigReference{Name: fmt.Sprintf("rig-%02d", rnd.IntN(nRigs))}
+			case 1:
+				run.Spec.RigSelector = &farmv1.RigSelector{MatchLabels: map[string]string{"pool": pools[rnd.IntN(len(pools))]}}
+			default:
+				run.Spec.RigSelector = &farmv1.RigSelector{MatchLabels: map[string]string{"gpu": "yes"}}
+			}
+			objs = append(objs, run)
+		}
+		r := newQueueReconciler(t, objs...)
+		whole, err := r.readQueue(context.Background(), "farm", "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < nRigs; i++ {
+			rig := fmt.Sprintf("rig-%02d", i)
+			part, err := r.readQueue(context.Background(), "farm", rig, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, got := "", ""
+			for run, to := range whole.given {
+				if to == rig {
+					want = run
+				}
+			}
+			for run, to := range part.given {
+				if to == rig {
+					got = run
+				}
+			}
+			if got != want {
+				t.Fatalf("trial %d: %s goes to %q reading its part, to %q reading the whole namespace", trial, rig, got, want)
+			}
+		}
+	}
+
+	// Two pools, no selector joining them: a read for pool a's rig sees none of pool b's runs.
+	r := newQueueReconciler(t,
+		&farmv1.DeviceRig{ObjectMeta: metav1.ObjectMeta{Namespace: "farm", Name: "a1", Labels: map[string]string{"pool": "a"}}, Status: farmv1.DeviceRigStatus{Phase: farmv1.RigReady}},
+		&farmv1.DeviceRig{ObjectMeta: metav1.ObjectMeta{Namespace: "farm", Name: "b1", Labels: map[string]string{"pool": "b"}}, Status: farmv1.DeviceRigStatus{Phase: farmv1.RigReady}},
+		&farmv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: "farm", Name: "ra", UID: "ua"}, Spec: farmv1.AgentRunSpec{RigSelector: &farmv1.RigSelector{MatchLabels: map[string]string{"pool": "a"}}}},
+		&farmv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: "farm", Name: "rb", UID: "ub"}, Spec: farmv1.AgentRunSpec{RigSelector: &farmv1.RigSelector{MatchLabels: map[string]string{"pool": "b"}}}},
+		&farmv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: "farm", Name: "rb1", UID: "ub1"}, Spec: farmv1.AgentRunSpec{RigRef: &farmv1.RigReference{Name: "b1"}}})
+	q, err := r.readQueue(context.Background(), "farm", "a1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(q.waiting) != 1 || q.waiting[0].Name != "ra" || q.given["ra"] != "a1" {
+		t.Fatalf("pool a's part: waiting %v, given %v; want ra alone, given a1", names(q.waiting), q.given)
+	}
+}
+
+func names(runs []*farmv1.AgentRun) []string {
+	out := make([]string, len(runs))
+	for i, r := range runs {
+		out[i] = r.Name
+	}
+	return out
 }

@@ -29,9 +29,7 @@ const podRunIndex = "farm.clawfarm.dev/run"
 // CronJobs, the Leases and rigs that wake queued runs, follow-up runs that
 // wake their parent, and the nodes that attempt pods run on.
 func (r *Reconciler) watch(mgr ctrl.Manager) error {
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &farmv1.AgentRun{}, queueIndex, func(o client.Object) []string {
-		return queueKey(o.(*farmv1.AgentRun))
-	}); err != nil {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &farmv1.AgentRun{}, queueIndex, r.indexQueue); err != nil {
 		return fmt.Errorf("index runs by queue: %w", err)
 	}
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podRunIndex, func(o client.Object) []string {
