@@ -118,8 +118,12 @@ test-race: k8s helm s3gw ## Run the concurrent packages under the race detector.
 	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh --print) HELM=$$(hack/build-helm.sh --print) VERSITYGW=$$(hack/build-versitygw.sh --print) $(GO) test -race $(GOTEST_FLAGS) $(RACE_PKGS)
 
 .PHONY: bench-operator
-bench-operator: k8s ## Operator benchmark: 200 rigs, 1,000 runs on envtest.
+bench-operator: k8s ## Operator benchmark: 200 rigs, 1,000 runs on envtest, then the same work as Indexed Jobs run by kube-controller-manager's Job controller.
 	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh --print) $(GO) test -tags bench -v -run '^TestBenchOperator$$' -count=1 -timeout 30m ./test/bench/
+
+.PHONY: bench-scale
+bench-scale: k8s ## Scale benchmark: 2,000 rigs on 20 nodes, 10,000 runs in one burst, the manager in its own process (a reduced run is part of make test).
+	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh --print) BENCH_SCALE=full $(GO) test -v -run '^TestBenchScale$$' -count=1 -timeout 90m ./test/bench/
 
 .PHONY: chaos
 chaos: k8s ## Chaos benchmark: 100 rigs, 500 runs, managers SIGKILLed, nodes cut off; every safety figure must be 0.

@@ -1,6 +1,5 @@
 //go:build bench
 
-// Package bench holds the operator benchmark: `make bench-operator`.
 package bench
 
 import (
@@ -9,9 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"runtime"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,23 +16,18 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/yaml"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/controllers/agentrun"
@@ -206,12 +198,13 @@ func TestBenchOperator(t *testing.T) {
 	scheme := kruntime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = farmv1.AddToScheme(scheme)
-	env := &envtest.Environment{CRDDirectoryPaths: []string{"../../config/crd/bases"}, ErrorIfCRDPathMissing: true}
+	env, auditLog := auditedEnv(t, "../../config/crd/bases")
 	cfg, err := env.Start()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = env.Stop() }()
+	apiPID := apiserverPID(t, env)
 	kcfg := rest.CopyConfig(cfg)
 	kcfg.QPS, kcfg.Burst = 2000, 4000 // the fake kubelet stands for many kubelets
 	hc, err := client.New(kcfg, client.Options{Scheme: scheme})
@@ -352,6 +345,7 @@ func TestBenchOperator(t *testing.T) {
 	counter.mu.Lock()
 	counter.byKey = nil // the per-resource table counts from here, as the total does
 	counter.mu.Unlock()
+	api0 := cpuSeconds(apiPID)
 	start := time.Now()
 	created := make([]time.Time, runs)
 	var wg sync.WaitGroup
@@ -383,6 +377,7 @@ func TestBenchOperator(t *testing.T) {
 		return n == runs
 	})
 	wall := time.Since(start)
+	apiCPU := cpuSeconds(apiPID) - api0
 	waitFor(t, "leases released", time.Minute, func() bool {
 		var l farmv1.DeviceRigList
 		_ = hc.List(ctx, &l, client.InNamespace(ns))
@@ -394,6 +389,7 @@ func TestBenchOperator(t *testing.T) {
 		return true
 	})
 	writes := counter.writes.Load() - before
+	audited := auditWrites(t, auditLog, start, time.Now(), map[string]string{managerUser: "manager"})["manager"]
 
 	// create→pod latency for runs whose rig was free: the first wave (run i < rigs).
 	var lat []time.Duration
@@ -446,40 +442,18 @@ func TestBenchOperator(t *testing.T) {
 	if v := kl.Violations(); len(v) > 0 {
 		t.Fatalf("exclusivity violated: %v", v[:min(5, len(v))])
 	}
-}
 
-// managerConfig makes the manager's ServiceAccount, binds it the generated
-// ClusterRole (config/rbac/role.yaml), and returns a config that authenticates
-// with a token of it.
-func managerConfig(ctx context.Context, t *testing.T, admin *rest.Config, c client.Client) *rest.Config {
-	b, err := os.ReadFile("../../config/rbac/role.yaml")
-	if err != nil {
-		t.Fatal(err)
+	// The same work for the Job controller, on the same API server and kubelet.
+	var handOver []time.Duration
+	for _, w := range waves[1:] {
+		handOver = append(handOver, w...)
 	}
-	var role rbacv1.ClusterRole
-	if err := yaml.Unmarshal(b, &role); err != nil {
-		t.Fatalf("config/rbac/role.yaml: %v", err)
+	cf := phaseFigures{wall: wall, createToPod: lat, handOver: sortDurations(handOver), writes: audited, pods: runs, apiserverCPU: apiCPU}
+	jobs := jobsPhase(ctx, t, cfg, kcfg, hc, scheme, kl, ns, node.Name, apiPID, auditLog)
+	sideBySide(cf, jobs)
+	if v := kl.Violations(); len(v) > 0 {
+		t.Fatalf("the Job controller ran two pods on a rig at once: %v", v[:min(5, len(v))])
 	}
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "clawfarm-system", Name: "clawfarm-manager"}}
-	must(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: sa.Namespace}}))
-	must(t, c.Create(ctx, sa))
-	must(t, c.Create(ctx, &role))
-	must(t, c.Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role.Name},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: sa.Namespace, Name: sa.Name}}}))
-	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}
-	must(t, c.SubResource("token").Create(ctx, sa, tr))
-	return &rest.Config{Host: admin.Host, BearerToken: tr.Status.Token,
-		TLSClientConfig: rest.TLSClientConfig{CAData: admin.CAData}}
-}
-
-// benchWorkers is the manager's --agentrun-workers: 32, the setting for a
-// farm of this size (cmd/manager defaults to 8), or BENCH_WORKERS.
-func benchWorkers() int {
-	if n, err := strconv.Atoi(os.Getenv("BENCH_WORKERS")); err == nil && n > 0 {
-		return n
-	}
-	return 32
 }
 
 func withCodec(c *rest.Config) *rest.Config {
@@ -504,24 +478,4 @@ func peakRSS() int64 {
 		}
 	}
 	return 0
-}
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
-func must(t *testing.T, err error) {
-	if err != nil {
-		t.Error(err)
-		runtime.Goexit()
-	}
-}
-
-func waitFor(t *testing.T, what string, limit time.Duration, ok func() bool) {
-	deadline := time.Now().Add(limit)
-	for time.Now().Before(deadline) {
-		if ok() {
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Fatalf("timed out: %s", what)
 }
