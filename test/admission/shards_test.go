@@ -4,11 +4,14 @@ import (
 	"context"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/internal/contract"
+	"github.com/clawfarm/clawfarm/internal/followup"
 )
 
 // installShardPolicies creates the policies of config/admission/shards/
@@ -121,4 +124,64 @@ func TestShardPolicies(t *testing.T) {
 	before.Spec.Cancel = true
 	allowed(t, "cancelling a run admitted before sharding", alice.Update(ctx, before))
 
+}
+
+// On a sharded farm the runs `manager followup` makes, a WAIT follow-up and
+// an agent job's run, pass the shard policy as the follow-up identity: they
+// carry their parent's pool (and its pinned selector), so they stay in its
+// shard.
+func TestShardFollowUpsStayInTheirShard(t *testing.T) {
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	bind(t, ns, "clawfarm-followup", saSubject(ns, followUpSA))
+	fu := as(t, serviceAccount(ns, followUpSA, "parent-fu-29000000-x7k2p"))
+	installShardPolicies(t, ns)
+	inForce(t, "clawfarm-agentrun-shard", "has no farm.clawfarm.dev/pool label", func() error { return k8s.Create(ctx, newRun(ns, "probe")) })
+
+	rig := newRig(ns, "b-rig", farmv1.StateVolume{})
+	inPool(rig, "b")
+	allowed(t, "a rig of pool b", k8s.Create(ctx, rig))
+	parent := selecting(newRun(ns, "parent"), map[string]string{farmv1.LabelPool: "b"})
+	inPool(parent, "b")
+	allowed(t, "a run of pool b", k8s.Create(ctx, parent))
+	parent.Status = farmv1.AgentRunStatus{Phase: farmv1.RunWaiting, Rig: "b-rig", Attempt: 1}
+	if err := k8s.Status().Update(ctx, parent); err != nil {
+		t.Fatal(err)
+	}
+
+	next, _ := followup.NextOf(parent)
+	child := followup.ChildRun(parent, next, followup.WaitTrigger(parent, next, "check the reply"))
+	cj, err := followup.WaitCronJob(parent, child, time.Now().Add(time.Minute), followup.JobDefaults{Image: "manager:test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := followup.RequestOf(cj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitRun, err := followup.Create(ctx, fu, req, cj.Name+"-29000000")
+	allowed(t, "manager followup creates a WAIT follow-up of a pool b run", err)
+
+	job := contract.Job{Op: contract.JobCreate, ID: "water", Kind: contract.JobPeriodic, Schedule: "0 9 * * *", Description: "water the plants"}
+	if cj, err = followup.AgentJobCronJob(parent, rig, job, time.Now(), followup.JobDefaults{Image: "manager:test"}); err != nil {
+		t.Fatal(err)
+	}
+	if req, err = followup.RequestOf(cj); err != nil {
+		t.Fatal(err)
+	}
+	jobRun, err := followup.Create(ctx, fu, req, cj.Name+"-29000000")
+	allowed(t, "manager followup creates an agent job's run of a pool b rig", err)
+
+	for _, name := range []string{waitRun, jobRun} {
+		if name == "" {
+			continue
+		}
+		var r farmv1.AgentRun
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Labels[farmv1.LabelPool] != "b" {
+			t.Errorf("run %s made by manager followup is in pool %q, want its parent's, b", name, r.Labels[farmv1.LabelPool])
+		}
+	}
 }
