@@ -58,6 +58,7 @@ func newScheme() *runtime.Scheme {
 type managerFlags struct {
 	fs                             *flag.FlagSet
 	metricsAddr, probeAddr         *string
+	pprofAddr                      *string
 	metricsSecure                  *bool
 	metricsCertDir                 *string
 	watchNamespaces                *string
@@ -92,6 +93,7 @@ func newManagerFlags() *managerFlags {
 		shard:            fs.String("shard", "", "label selector on "+farmv1.LabelPool+" (e.g. '"+farmv1.LabelPool+" in (a,b)'): this manager caches and reconciles only the AgentRuns and DeviceRigs it matches, and what the operator made for them; empty: every pool (docs/sharding.md)"),
 		shardName:        fs.String("shard-name", "", "the shard's name, in its leader-election Lease (clawfarm-manager-<name>.farm.clawfarm.dev), so that each shard — by --shard, or by disjoint --watch-namespaces — elects its own leader; default with --shard: one derived from the selector, without: none (clawfarm-manager.farm.clawfarm.dev)"),
 		probeAddr:        fs.String("health-probe-bind-address", ":8081", "address the health probes bind to"),
+		pprofAddr:        fs.String("pprof-bind-address", "", "address Go's pprof profiles are served on, unauthenticated (e.g. 127.0.0.1:6060 to profile the manager); empty: not served"),
 		leaderElect:      fs.Bool("leader-elect", false, "enable leader election (use it with more than one replica)"),
 		leaderNamespace:  fs.String("leader-election-namespace", "", "namespace of the leader-election Lease (default: the pod's)"),
 		leaseDuration:    fs.Duration("leader-elect-lease-duration", 15*time.Second, "how long a standby waits, after the leader stops renewing, before it takes over"),
@@ -260,6 +262,7 @@ func runManager(args []string) int {
 		Metrics:                 f.metricsOptions(),
 		Cache:                   f.cacheOptions(),
 		HealthProbeBindAddress:  *f.probeAddr,
+		PprofBindAddress:        *f.pprofAddr,
 		LeaderElection:          *f.leaderElect,
 		LeaderElectionID:        f.leaderElectionID(),
 		LeaderElectionNamespace: *f.leaderNamespace,

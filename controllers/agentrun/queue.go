@@ -204,13 +204,13 @@ func (r *Reconciler) readQueue(ctx context.Context, namespace, forRig, freeing s
 func (r *Reconciler) queuePart(ctx context.Context, namespace, forRig string) ([]*farmv1.DeviceRig, []*farmv1.AgentRun, error) {
 	rigs := map[string]*farmv1.DeviceRig{}
 	var fresh []*farmv1.DeviceRig // rigs not yet matched against the selectors
-	addRigs := func(opts ...client.ListOption) error {
-		var list farmv1.DeviceRigList
-		if err := r.List(ctx, &list, append(opts, client.InNamespace(namespace), client.UnsafeDisableDeepCopy)...); err != nil {
-			return fmt.Errorf("list rigs: %w", err)
+	addRigs := func(set map[string]string) error {
+		list, err := r.listRigsMatching(ctx, namespace, set, client.UnsafeDisableDeepCopy)
+		if err != nil {
+			return err
 		}
-		for i := range list.Items {
-			if rig := &list.Items[i]; rigs[rig.Name] == nil {
+		for i := range list {
+			if rig := &list[i]; rigs[rig.Name] == nil {
 				rigs[rig.Name] = rig
 				fresh = append(fresh, rig)
 			}
@@ -218,7 +218,7 @@ func (r *Reconciler) queuePart(ctx context.Context, namespace, forRig string) ([
 		return nil
 	}
 	if forRig == "" {
-		if err := addRigs(); err != nil {
+		if err := addRigs(nil); err != nil {
 			return nil, nil, err
 		}
 	} else {
@@ -240,7 +240,7 @@ func (r *Reconciler) queuePart(ctx context.Context, namespace, forRig string) ([
 		for key, set := range pending {
 			matches := false
 			for _, rig := range batch {
-				if labels.SelectorFromSet(set).Matches(labels.Set(rig.Labels)) {
+				if hasLabels(rig.Labels, set) {
 					matches = true
 					break
 				}
@@ -258,7 +258,7 @@ func (r *Reconciler) queuePart(ctx context.Context, namespace, forRig string) ([
 				continue
 			}
 			waiting = append(waiting, runs...)
-			if err := addRigs(client.MatchingLabels(set)); err != nil {
+			if err := addRigs(set); err != nil {
 				return nil, nil, err
 			}
 		}
@@ -358,9 +358,57 @@ func rigMatches(run *farmv1.AgentRun, rig *farmv1.DeviceRig) bool {
 		return ref.Name == rig.Name
 	}
 	if sel := run.Spec.RigSelector; sel != nil {
-		return labels.SelectorFromSet(sel.MatchLabels).Matches(labels.Set(rig.Labels))
+		return hasLabels(rig.Labels, sel.MatchLabels)
 	}
 	return false
+}
+
+// hasLabels reports whether have carries every label of want: a
+// matchLabels selector's test, without building a selector.
+func hasLabels(have, want map[string]string) bool {
+	for k, v := range want {
+		if got, ok := have[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// rigLabelIndex indexes rigs by each of their labels, "key=value", so the
+// rigs a selector matches are read without a scan of the farm's rigs.
+const rigLabelIndex = "farm.clawfarm.dev/rig-label"
+
+func rigLabelKeys(o client.Object) []string {
+	out := make([]string, 0, len(o.GetLabels()))
+	for k, v := range o.GetLabels() {
+		out = append(out, k+"="+v)
+	}
+	return out
+}
+
+// listRigsMatching lists the namespace's rigs that carry every label of
+// set, through rigLabelIndex (every rig when set is empty).
+func (r *Reconciler) listRigsMatching(ctx context.Context, namespace string, set map[string]string, opts ...client.ListOption) ([]farmv1.DeviceRig, error) {
+	opts = append(opts, client.InNamespace(namespace))
+	if len(set) > 0 {
+		keys := make([]string, 0, len(set))
+		for k := range set {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		opts = append(opts, client.MatchingFields{rigLabelIndex: keys[0] + "=" + set[keys[0]]})
+	}
+	var list farmv1.DeviceRigList
+	if err := r.List(ctx, &list, opts...); err != nil {
+		return nil, fmt.Errorf("list rigs: %w", err)
+	}
+	out := list.Items[:0]
+	for _, rig := range list.Items {
+		if hasLabels(rig.Labels, set) {
+			out = append(out, rig)
+		}
+	}
+	return out, nil
 }
 
 // whyWaiting says why a run with usable rigs got none of them. The message

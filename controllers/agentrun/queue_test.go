@@ -166,6 +166,7 @@ func newQueueReconciler(t *testing.T, objs ...client.Object) *Reconciler {
 	r := &Reconciler{}
 	r.Client = fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).
 		WithIndex(&farmv1.AgentRun{}, queueIndex, r.indexQueue).
+		WithIndex(&farmv1.DeviceRig{}, rigLabelIndex, rigLabelKeys).
 		Build()
 	// The manager's cache indexes each run as it arrives; the fake client
 	// only when it lists.

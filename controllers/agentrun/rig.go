@@ -192,15 +192,15 @@ func (s *step) candidates(ctx context.Context) (rigChoice, error) {
 		}
 		all = []farmv1.DeviceRig{rig}
 	} else {
-		var list farmv1.DeviceRigList
-		var sel client.MatchingLabels
+		var sel map[string]string
 		if s.run.Spec.RigSelector != nil {
-			sel = s.run.Spec.RigSelector.MatchLabels // the cache filters before it copies: a pool's rigs, not the farm's
+			sel = s.run.Spec.RigSelector.MatchLabels
 		}
-		if err := s.r.List(ctx, &list, client.InNamespace(s.run.Namespace), sel); err != nil {
-			return rigChoice{}, fmt.Errorf("list rigs: %w", err)
+		list, err := s.r.listRigsMatching(ctx, s.run.Namespace, sel) // a pool's rigs, through an index: not the farm's
+		if err != nil {
+			return rigChoice{}, err
 		}
-		all = list.Items
+		all = list
 	}
 	var c rigChoice
 	matching := 0

@@ -152,6 +152,7 @@ func startTestClient(t *testing.T, objs ...client.Object) client.Client {
 	return fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).
 		WithStatusSubresource(&farmv1.AgentRun{}, &farmv1.DeviceRig{}).
 		WithIndex(&farmv1.AgentRun{}, queueIndex, func(o client.Object) []string { return queueKey(o.(*farmv1.AgentRun)) }).
+		WithIndex(&farmv1.DeviceRig{}, rigLabelIndex, rigLabelKeys).
 		WithIndex(&corev1.Pod{}, podRunIndex, func(o client.Object) []string {
 			if run := o.GetLabels()[farmv1.LabelRun]; run != "" {
 				return []string{run}

@@ -48,6 +48,9 @@ func (r *Reconciler) watch(mgr ctrl.Manager) error {
 	}); err != nil {
 		return fmt.Errorf("index pods by node: %w", err)
 	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &farmv1.DeviceRig{}, rigLabelIndex, rigLabelKeys); err != nil {
+		return fmt.Errorf("index rigs by label: %w", err)
+	}
 	wakeQueue := handler.EnqueueRequestsFromMapFunc(r.queuedRunsForRigOf)
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&farmv1.AgentRun{}).
