@@ -136,8 +136,8 @@ func TestTraceViewerInChromium(t *testing.T) {
 	t.Logf("live: the page went from %d to %d turns without a reload", before, after)
 	screenshot(t, ctx, "run-live.png", false)
 
-	// The finished STUCK-then-DONE run.
-	waitFinished(t, "e2e-stuck-once", farmv1.RunSucceeded)
+	// The finished STUCK-then-DONE run (made here if TestStuckThenDone has not started yet).
+	waitFinished(t, stuckOnceRun(t), farmv1.RunSucceeded)
 	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/runs/default/e2e-stuck-once"),
 		chromedp.WaitVisible(chromedp.CSS("#attempt-2"))); err != nil {
 		t.Fatalf("open the run: %v", err)
