@@ -29,11 +29,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
+
+	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 )
 
 // auditPolicy logs every write at the Metadata level, once, when it is
@@ -66,6 +70,42 @@ func auditedEnv(t *testing.T, crds string) (*envtest.Environment, string) {
 	args.Set("profiling", "true")
 	return env, log
 }
+
+// apiServer is the benchmark's control plane: an envtest API server that
+// writes an audit log, its process, and an admin client for the harness.
+type apiServer struct {
+	scheme   *kruntime.Scheme
+	cfg      *rest.Config // admin
+	kcfg     *rest.Config // admin, at the rate of a harness that stands for many kubelets
+	client   client.Client
+	auditLog string
+	pid      int
+}
+
+// startAPIServer starts the audited envtest with the CRDs; the harness's
+// client may send qps requests a second (twice that in a burst).
+func startAPIServer(t *testing.T, qps float32) *apiServer {
+	t.Helper()
+	a := &apiServer{scheme: kruntime.NewScheme()}
+	_ = clientgoscheme.AddToScheme(a.scheme)
+	_ = farmv1.AddToScheme(a.scheme)
+	env, log := auditedEnv(t, "../../config/crd/bases")
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	a.cfg, a.auditLog, a.pid = cfg, log, apiserverPID(t, env)
+	a.kcfg = rest.CopyConfig(cfg)
+	a.kcfg.QPS, a.kcfg.Burst = qps, int(2*qps)
+	if a.client, err = client.New(a.kcfg, client.Options{Scheme: a.scheme}); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// healthyRig is a rig health route's answer with every part ready.
+const healthyRig = `{"arm":true,"camera":true,"bridge":true,"calibrated":true,"origin_pinned":true,"ready":true,"layout_learned":true}`
 
 // writeCount is the writes of one user as the audit log shows them.
 type writeCount struct {

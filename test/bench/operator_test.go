@@ -19,7 +19,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	kruntime "k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -195,26 +194,12 @@ func (w *writeCounter) table(runs int) string {
 // figures docs/benchmarks.md records; it is a measurement, run by `make bench-operator`.
 func TestBenchOperator(t *testing.T) {
 	ctrl.SetLogger(logr.Discard()) // the figures are the output; reconcile logs would drown them
-	scheme := kruntime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = farmv1.AddToScheme(scheme)
-	env, auditLog := auditedEnv(t, "../../config/crd/bases")
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = env.Stop() }()
-	apiPID := apiserverPID(t, env)
-	kcfg := rest.CopyConfig(cfg)
-	kcfg.QPS, kcfg.Burst = 2000, 4000 // the fake kubelet stands for many kubelets
-	hc, err := client.New(kcfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	api := startAPIServer(t, 2000) // the fake kubelet stands for many kubelets
+	scheme, cfg, kcfg, hc, auditLog, apiPID := api.scheme, api.cfg, api.kcfg, api.client, api.auditLog, api.pid
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	healthSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = w.Write([]byte(`{"arm":true,"camera":true,"bridge":true,"calibrated":true,"origin_pinned":true,"ready":true,"layout_learned":true}`))
+		_, _ = w.Write([]byte(healthyRig))
 	}))
 	defer healthSrv.Close()
 
@@ -438,7 +423,7 @@ func TestBenchOperator(t *testing.T) {
 	}
 	fmt.Print(counter.latencies())
 	fmt.Print(workqueueFigures())
-	fmt.Printf("  manager peak RSS       %6.0f MiB (the test process: manager + fake kubelet + clients; target < 250 MiB)\n", float64(peakRSS())/(1<<20))
+	fmt.Printf("  manager peak RSS       %6.0f MiB (the test process: manager + fake kubelet + clients; target < 250 MiB)\n", float64(peakRSSOf(os.Getpid()))/(1<<20))
 	if v := kl.Violations(); len(v) > 0 {
 		t.Fatalf("exclusivity violated: %v", v[:min(5, len(v))])
 	}
@@ -462,20 +447,4 @@ func withCodec(c *rest.Config) *rest.Config {
 	c.APIPath = "/api"
 	c.NegotiatedSerializer = clientgoscheme.Codecs.WithoutConversion()
 	return c
-}
-
-// peakRSS is the process's high-water resident set (VmHWM), in bytes.
-func peakRSS() int64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "VmHWM:") {
-			var kb int64
-			fmt.Sscanf(strings.TrimSpace(strings.TrimPrefix(line, "VmHWM:")), "%d", &kb)
-			return kb << 10
-		}
-	}
-	return 0
 }

@@ -19,8 +19,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	kruntime "k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -70,22 +68,8 @@ func TestBenchScale(t *testing.T) {
 	}
 	managerBin := buildManager(t)
 
-	scheme := kruntime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = farmv1.AddToScheme(scheme)
-	env, auditLog := auditedEnv(t, "../../config/crd/bases")
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = env.Stop() }()
-	apiPID := apiserverPID(t, env)
-	kcfg := rest.CopyConfig(cfg)
-	kcfg.QPS, kcfg.Burst = 5000, 10000 // the fake kubelet stands for many kubelets
-	hc, err := client.New(kcfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	api := startAPIServer(t, 5000) // the fake kubelet stands for many kubelets
+	scheme, cfg, kcfg, hc, auditLog, apiPID := api.scheme, api.cfg, api.kcfg, api.client, api.auditLog, api.pid
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
@@ -94,7 +78,7 @@ func TestBenchScale(t *testing.T) {
 	var probes atomic.Int64
 	healthSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		probes.Add(1)
-		_, _ = w.Write([]byte(`{"arm":true,"camera":true,"bridge":true,"calibrated":true,"origin_pinned":true,"ready":true,"layout_learned":true}`))
+		_, _ = w.Write([]byte(healthyRig))
 	}))
 	defer healthSrv.Close()
 
