@@ -145,7 +145,12 @@ func (r *Reconciler) readQueue(ctx context.Context, namespace, forRig, freeing s
 		return nil, err
 	}
 	if len(selectors) == 0 && forRig != "" {
-		return r.readRigQueue(ctx, namespace, forRig, freeing) // no selector run could take another rig first
+		// No selector run could take another rig first. With no selector in
+		// the part, the part is forRig alone (none when it does not exist).
+		if len(rigs) == 0 {
+			return &queue{given: map[string]string{}}, nil
+		}
+		return r.readRigQueue(ctx, rigs[0], freeing)
 	}
 	leased := map[string]bool{}
 	holding := map[types.UID]bool{} // runs that hold a Lease of this part
@@ -272,15 +277,9 @@ func (r *Reconciler) queuePart(ctx context.Context, namespace, forRig string) ([
 
 // readRigQueue is readQueue for one rig when only rigRef runs wait: the rig,
 // its Lease and its own runs are all that decide who takes it.
-func (r *Reconciler) readRigQueue(ctx context.Context, namespace, name, freeing string) (*queue, error) {
+func (r *Reconciler) readRigQueue(ctx context.Context, rig *farmv1.DeviceRig, freeing string) (*queue, error) {
 	q := &queue{given: map[string]string{}}
-	var rig farmv1.DeviceRig
-	if err := r.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &rig); err != nil {
-		if apierrors.IsNotFound(err) {
-			return q, nil
-		}
-		return nil, fmt.Errorf("get rig %s: %w", name, err)
-	}
+	namespace, name := rig.Namespace, rig.Name
 	held, err := lease.Get(ctx, r.Client, namespace, name)
 	if err != nil {
 		return nil, err
@@ -301,7 +300,7 @@ func (r *Reconciler) readRigQueue(ctx context.Context, namespace, name, freeing 
 	}
 	sort.Slice(waiting, func(i, j int) bool { return queuedBefore(waiting[i], waiting[j]) })
 	q.waiting = waiting
-	if (held == nil || name == freeing) && usable(&rig) && len(waiting) > 0 {
+	if (held == nil || name == freeing) && usable(rig) && len(waiting) > 0 {
 		q.given[waiting[0].Name] = name
 	}
 	return q, nil
