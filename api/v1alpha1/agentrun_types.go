@@ -643,7 +643,10 @@ type AgentRunStatus struct {
 	// ObservedGeneration is the generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// Phase of the run.
+	// Phase of the run. A run the operator has not written yet reads
+	// Pending (a schema default): in a burst, the first status of the runs
+	// that wait is written after the runs that can start now.
+	// +kubebuilder:default=Pending
 	// +optional
 	Phase RunPhase `json:"phase,omitempty"`
 	// Rig the run holds or last held.
@@ -741,7 +744,8 @@ type AgentRun struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec   AgentRunSpec   `json:"spec,omitempty"`
+	Spec AgentRunSpec `json:"spec,omitempty"`
+	// +kubebuilder:default={}
 	Status AgentRunStatus `json:"status,omitempty"`
 }
 

@@ -27,8 +27,8 @@ import (
 // otherwise, and its observedGeneration is the one the status was written at.
 func finishedAgrees(run *farmv1.AgentRun) error {
 	st := run.Status
-	if st.Phase == "" && len(st.Conditions) == 0 {
-		return nil // no status written yet
+	if (st.Phase == "" || st.Phase == farmv1.RunPending) && len(st.Conditions) == 0 {
+		return nil // no status written yet: the phase is the schema's default
 	}
 	c := condition(run, farmv1.ConditionFinished)
 	if c == nil {

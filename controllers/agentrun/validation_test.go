@@ -51,6 +51,20 @@ func TestDefaultsComeFromTheSchema(t *testing.T) {
 	}
 }
 
+// A run reads Pending before the operator first writes its status (a
+// schema default): `kubectl get agentruns` shows a phase for every run of a
+// burst, though the first status of the runs that wait is written last.
+func TestNewRunReadsPending(t *testing.T) {
+	ns := namespace(t)
+	run := newRun(ns, "unwritten", "nowhere")
+	if err := k8s.Create(context.Background(), run, client.DryRunAll); err != nil {
+		t.Fatal(err)
+	}
+	if run.Status.Phase != farmv1.RunPending || run.Status.StartTime != nil || len(run.Status.Conditions) != 0 {
+		t.Fatalf("a run the operator has not written reads %+v, want phase Pending and nothing else", run.Status)
+	}
+}
+
 // A table of bad manifests: the API server refuses each with a message that says what is wrong.
 func TestBadManifestsAreRejected(t *testing.T) {
 	ns := namespace(t)
