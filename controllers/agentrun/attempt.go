@@ -184,6 +184,7 @@ func (s *step) startAttempt(ctx context.Context, leasedNow bool) (then, error) {
 		if st.StartTime == nil {
 			s.r.notes.podCreated(client.ObjectKeyFromObject(s.run), s.now)
 		}
+		s.r.notes.created(client.ObjectKeyFromObject(s.run), pod, s.now)
 		created = true
 	case apierrors.IsAlreadyExists(err):
 		// created by an earlier reconcile the cache has not shown yet

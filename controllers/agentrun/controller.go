@@ -121,9 +121,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// 2. Act only on a cache that shows this manager's own last status write:
 	// acting on an older status could start an attempt already recorded — and
 	// re-create its pod, if it was deleted, next to the retry on the same
-	// phone. The write's own event brings the run back.
+	// phone — and a status written over an older one is refused (a conflict,
+	// a write for nothing). The write's own event brings the run back.
 	if r.notes.behindOwnWrite(&run, r.Clock.Now()) {
 		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
+	}
+	if name := r.notes.podToShow(req.NamespacedName, r.Clock.Now()); name != "" {
+		// Likewise for the attempt pod it created: the pod's event brings the run back.
+		var pod corev1.Pod
+		switch err := r.Get(ctx, types.NamespacedName{Namespace: req.Namespace, Name: name}, &pod); {
+		case apierrors.IsNotFound(err):
+			return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
+		case err != nil:
+			return ctrl.Result{}, err
+		}
+		r.notes.podShown(req.NamespacedName)
 	}
 	s := &step{r: r, run: &run, ev: recorder{r.Recorder}, now: r.Clock.Now(), before: run.Status.DeepCopy()}
 	if run.Status.Phase == "" {

@@ -176,6 +176,7 @@ func (s *step) markCollected(ctx context.Context, j farmv1.JoinedRun, i int) (bo
 	if err := s.r.Status().Update(ctx, &jr); err != nil {
 		return false, fmt.Errorf("mark run %s collected: %w", j.Name, err)
 	}
+	s.r.notes.wrote(&jr, s.now)
 	s.ev.collected(&jr, s.run.Name, s.heldRig, i+2)
 	return true, nil
 }

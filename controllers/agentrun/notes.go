@@ -4,10 +4,11 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
-	"github.com/clawfarm/clawfarm/internal/attempt"
 )
 
 // notes is the little this manager remembers about runs between reconciles,
@@ -19,7 +20,9 @@ import (
 //     the second, and the queue-wait metric measure up to it;
 //   - a lost own-write note makes a reconcile trust the cache, as any
 //     controller does: deterministic pod names and the Lease still stop a
-//     second pod on the phone.
+//     second pod on the phone;
+//   - a lost created-pod or let-go note costs a create that is refused
+//     (the pod's name is the attempt's) or one more patch of a finalizer.
 type notes struct {
 	// deferred holds the runs whose first Queued status waits behind more
 	// urgent work (see acquire).
@@ -27,20 +30,40 @@ type notes struct {
 	// starting holds, for runs whose first pod has no start time in their
 	// status yet, when they took their rig and created the pod.
 	starting sync.Map // types.NamespacedName → *startNote
-	// recorded holds, per run, the newest attempt record of this manager's
-	// last status write: a cache that does not show it yet is older than that write.
+	// recorded holds, per run, this manager's last status write: a cache
+	// that does not show it yet is older than that write.
 	recorded sync.Map // types.NamespacedName → ownWrite
+	// podsMade holds, per run, the attempt pod this manager created last,
+	// until the cache shows it.
+	podsMade sync.Map // types.NamespacedName → madePod
+	// finalized holds, per run, the last pod whose finalizer this manager
+	// removed, until the cache shows the removal.
+	finalized sync.Map // types.NamespacedName → letGone
 }
 
 // ownWriteWait bounds how long a reconcile waits for the cache to show the
 // manager's own last status write before it goes on regardless.
 const ownWriteWait = 30 * time.Second
 
-// ownWrite is the newest attempt record a status write of this manager held.
+// ownWrite is a status write of this manager: the run and the resource
+// version the write gave it.
 type ownWrite struct {
 	uid types.UID
-	pod string
+	rv  string
 	at  time.Time
+}
+
+// madePod is an attempt pod this manager created, and when.
+type madePod struct {
+	name string
+	at   time.Time
+}
+
+// letGone is a pod whose finalizer this manager removed, and the resource
+// version the removal gave it.
+type letGone struct {
+	uid types.UID
+	rv  string
 }
 
 // startNote is when a run took its rig and created its first pod, kept until
@@ -56,6 +79,8 @@ func (n *notes) forget(key types.NamespacedName) {
 	n.deferred.Delete(key)
 	n.starting.Delete(key)
 	n.recorded.Delete(key)
+	n.finalized.Delete(key)
+	n.podsMade.Delete(key)
 }
 
 // deferOnce reports whether the run's first Queued status is deferred now:
@@ -102,19 +127,17 @@ func (n *notes) takeStart(key types.NamespacedName) (leasedAt, podAt time.Time) 
 	return time.Time{}, time.Time{}
 }
 
-// wrote notes the newest attempt record of a status write this manager made.
+// wrote notes the resource version of a status write this manager made.
 func (n *notes) wrote(run *farmv1.AgentRun, at time.Time) {
-	if a := run.Status.Attempts; len(a) > 0 {
-		n.recorded.Store(types.NamespacedName{Namespace: run.Namespace, Name: run.Name},
-			ownWrite{uid: run.UID, pod: a[len(a)-1].Pod, at: at})
-	}
+	n.recorded.Store(types.NamespacedName{Namespace: run.Namespace, Name: run.Name},
+		ownWrite{uid: run.UID, rv: run.ResourceVersion, at: at})
 }
 
 // behindOwnWrite reports whether run, as the cache shows it, is older than
-// this manager's last status write of it: that write's newest attempt record
-// is missing. (Records are only ever appended; the oldest are dropped past
-// 100, never the newest.) After ownWriteWait it gives up waiting — another
-// manager may have written since.
+// this manager's last status write of it: its resource version is lower
+// (resource versions of one resource compare as integers). After
+// ownWriteWait it gives up waiting — the cache is stuck, and acting on it is
+// what any controller does.
 func (n *notes) behindOwnWrite(run *farmv1.AgentRun, now time.Time) bool {
 	key := types.NamespacedName{Namespace: run.Namespace, Name: run.Name}
 	v, ok := n.recorded.Load(key)
@@ -122,11 +145,69 @@ func (n *notes) behindOwnWrite(run *farmv1.AgentRun, now time.Time) bool {
 		return false
 	}
 	w := v.(ownWrite)
-	if w.uid != run.UID || attempt.Recorded(&run.Status, w.pod) || now.Sub(w.at) > ownWriteWait {
+	if w.uid != run.UID || !olderThan(run.ResourceVersion, w.rv) || now.Sub(w.at) > ownWriteWait {
 		n.recorded.CompareAndDelete(key, w)
 		return false
 	}
 	return true
+}
+
+// created notes that this manager created the run's attempt pod.
+func (n *notes) created(run types.NamespacedName, pod *corev1.Pod, at time.Time) {
+	n.podsMade.Store(run, madePod{name: pod.Name, at: at})
+}
+
+// podToShow is the attempt pod this manager created for the run that the
+// cache may not show yet (""): the reconcile checks the cache for it and
+// waits, up to ownWriteWait, for the pod's own event. Acting without it
+// would create it again, refused, and write a status on a world that is
+// one pod short.
+func (n *notes) podToShow(run types.NamespacedName, now time.Time) string {
+	v, ok := n.podsMade.Load(run)
+	if !ok {
+		return ""
+	}
+	m := v.(madePod)
+	if now.Sub(m.at) > ownWriteWait {
+		n.podsMade.CompareAndDelete(run, m)
+		return ""
+	}
+	return m.name
+}
+
+// podShown forgets the created pod once the cache shows it.
+func (n *notes) podShown(run types.NamespacedName) { n.podsMade.Delete(run) }
+
+// letGo notes that this manager removed the finalizer of the run's pod,
+// which the patch left at resource version rv.
+func (n *notes) letGo(run types.NamespacedName, pod *corev1.Pod) {
+	n.finalized.Store(run, letGone{uid: pod.UID, rv: pod.ResourceVersion})
+}
+
+// stillLettingGo reports whether pod, as the cache shows it, is older than
+// this manager's removal of its finalizer: a second patch would be a write
+// for nothing.
+func (n *notes) stillLettingGo(run types.NamespacedName, pod *corev1.Pod) bool {
+	v, ok := n.finalized.Load(run)
+	if !ok {
+		return false
+	}
+	g := v.(letGone)
+	if g.uid != pod.UID {
+		return false
+	}
+	if !olderThan(pod.ResourceVersion, g.rv) {
+		n.finalized.CompareAndDelete(run, g)
+		return false
+	}
+	return true
+}
+
+// olderThan says whether resource version a is lower than b; false when
+// either is not a resource version the API server compares.
+func olderThan(a, b string) bool {
+	c, err := resourceversion.CompareResourceVersion(a, b)
+	return err == nil && c < 0
 }
 
 // first sets one of the note's moments to t, unless it is already set.

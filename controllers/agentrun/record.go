@@ -24,6 +24,8 @@ type ending struct {
 	// nodeGone: the pod's node is deleted or out of service; no kubelet will
 	// ever confirm its end.
 	nodeGone bool
+	// justRecorded: this reconcile recorded the pod's outcome.
+	justRecorded bool
 }
 
 // recordEnded records the outcome of every attempt pod that ended. The status
@@ -45,7 +47,9 @@ func (s *step) recordEnded(ctx context.Context) error {
 			StartupTimeout: s.r.Config.StartupTimeout, ConfigErrorGrace: s.r.Config.configErrorGrace(),
 		})
 		if attempt.Recorded(&s.run.Status, pod.Name) {
-			done = append(done, ending{pod, o.Evict, gone})
+			if !s.r.notes.stillLettingGo(client.ObjectKeyFromObject(s.run), pod) {
+				done = append(done, ending{pod, o.Evict, gone, false})
+			}
 			continue
 		}
 		if !ended {
@@ -61,7 +65,7 @@ func (s *step) recordEnded(ctx context.Context) error {
 			continue
 		}
 		s.record(ctx, pod, o)
-		done = append(done, ending{pod, o.Evict, gone})
+		done = append(done, ending{pod, o.Evict, gone, true})
 		recorded = true
 	}
 	s.noteApproval()
@@ -79,6 +83,14 @@ func (s *step) recordEnded(ctx context.Context) error {
 		}
 	}
 	for _, e := range done {
+		if e.justRecorded && !e.evict && terminal(e.pod) {
+			// The finalizer of a pod that ended by itself is bookkeeping:
+			// the reconcile that the status write brings back removes it,
+			// after the urgent work (urgency.go). The pod is recorded; a
+			// restart in between only lets it go then.
+			s.wake(s.now.Add(2 * time.Second))
+			continue
+		}
 		if err := s.letGo(ctx, e); err != nil {
 			return err
 		}
@@ -135,7 +147,10 @@ func (s *step) letGo(ctx context.Context, e ending) error {
 	pod := e.pod
 	patch := client.MergeFrom(pod.DeepCopy())
 	controllerutil.RemoveFinalizer(pod, farmv1.FinalizerOutcome)
-	if err := s.r.Patch(ctx, pod, patch); err != nil && !apierrors.IsNotFound(err) {
+	switch err := s.r.Patch(ctx, pod, patch); {
+	case err == nil:
+		s.r.notes.letGo(client.ObjectKeyFromObject(s.run), pod)
+	case !apierrors.IsNotFound(err):
 		return fmt.Errorf("remove finalizer of pod %s: %w", pod.Name, err)
 	}
 	if (e.evict || !terminal(pod)) && (pod.DeletionTimestamp == nil || e.nodeGone) {

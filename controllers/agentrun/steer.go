@@ -96,6 +96,7 @@ func (s *step) appendSteer(ctx context.Context, h *farmv1.AgentRun) error {
 	if err := s.r.Status().Update(ctx, h); err != nil {
 		return fmt.Errorf("append steer run %s to run %s: %w", s.run.Name, h.Name, err)
 	}
+	s.r.notes.wrote(h, s.now)
 	s.ev.steerJoined(h, s.run.Name, joinedIndex(h, s.run.Name, farmv1.QueueModeSteer)+1)
 	return nil
 }

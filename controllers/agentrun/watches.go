@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -53,10 +54,16 @@ func (r *Reconciler) watch(mgr ctrl.Manager) error {
 	}
 	wakeQueue := handler.EnqueueRequestsFromMapFunc(r.queuedRunsForRigOf)
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&farmv1.AgentRun{}).
-		Owns(&corev1.Pod{}).
+		// A new run, a pod that ended and a Lease handed on are the urgent
+		// work (urgency.go): they decide when a phone starts its next session.
+		For(&farmv1.AgentRun{}, builder.WithPredicates(predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }})).
+		Watches(&farmv1.AgentRun{}, urgentWhen(&handler.EnqueueRequestForObject{}, created), builder.WithPredicates(predicate.Funcs{
+			UpdateFunc: func(event.UpdateEvent) bool { return false }, DeleteFunc: func(event.DeleteEvent) bool { return false },
+			GenericFunc: func(event.GenericEvent) bool { return false },
+		})).
+		Watches(&corev1.Pod{}, urgentWhen(handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &farmv1.AgentRun{}, handler.OnlyControllerOwner()), podEnded)).
 		Owns(&batchv1.CronJob{}).
-		Watches(&coordinationv1.Lease{}, wakeQueue, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+		Watches(&coordinationv1.Lease{}, urgentWhen(wakeQueue, leaseMoved), builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			_, ok := o.GetLabels()[farmv1.LabelRunUID]
 			return ok
 		}))).

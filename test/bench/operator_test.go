@@ -52,6 +52,10 @@ type writeCounter struct {
 	byKey  map[string]int // "PUT agentruns/status" → count
 	failed map[string]int // "PUT agentruns/status 409" → count (reads too)
 	lat    map[string][]time.Duration
+	// trace keeps every request (BENCH_TRACE) in timeline: start and end
+	// in µs since the epoch, method, path, status code.
+	trace    bool
+	timeline []string
 }
 
 func (w *writeCounter) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -68,6 +72,15 @@ func (w *writeCounter) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	t0 := time.Now()
 	resp, err := w.next.RoundTrip(r)
+	if w.trace && !strings.Contains(r.URL.RawQuery, "watch=true") {
+		code := 0
+		if resp != nil {
+			code = resp.StatusCode
+		}
+		w.mu.Lock()
+		w.timeline = append(w.timeline, fmt.Sprintf("%d %d %s %s %d", t0.UnixMicro(), time.Now().UnixMicro(), r.Method, r.URL.Path, code))
+		w.mu.Unlock()
+	}
 	if !strings.Contains(r.URL.RawQuery, "watch=true") {
 		w.mu.Lock()
 		if w.lat == nil {
@@ -207,7 +220,7 @@ func TestBenchOperator(t *testing.T) {
 	// runs as it does in a cluster: as a ServiceAccount, with a token, holding
 	// the ClusterRole that `make manifests` generates — so a permission the
 	// markers miss fails here too (a refused request is printed).
-	counter := &writeCounter{}
+	counter := &writeCounter{trace: os.Getenv("BENCH_TRACE") != ""}
 	mcfg := managerConfig(ctx, t, cfg, hc)
 	mcfg.QPS = -1 // as cmd/manager runs (ctrl.GetConfig): no client-side limit, the API server's fairness decides
 	mcfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { counter.next = rt; return counter }
@@ -418,6 +431,27 @@ func TestBenchOperator(t *testing.T) {
 	}
 	fmt.Printf("  API writes per run     %6.2f   (manager, events included; target ≤ 12)\n", float64(writes)/runs)
 	fmt.Print(counter.table(runs))
+	if path := os.Getenv("BENCH_TRACE"); path != "" {
+		// The manager's requests and each run's pod first seen and ended, to
+		// follow one hand-over request by request.
+		var b strings.Builder
+		counter.mu.Lock()
+		for _, line := range counter.timeline {
+			fmt.Fprintln(&b, line)
+		}
+		counter.mu.Unlock()
+		seenMu.Lock()
+		for run, at := range firstSeen {
+			fmt.Fprintf(&b, "%d pod-seen %s\n", at.UnixMicro(), run)
+		}
+		for run, at := range endSeen {
+			fmt.Fprintf(&b, "%d pod-ended %s\n", at.UnixMicro(), run)
+		}
+		seenMu.Unlock()
+		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+			t.Log(err)
+		}
+	}
 	if len(counter.failed) > 0 {
 		fmt.Printf("  refused requests      %v (conflicts and the like: wasted work)\n", counter.failed)
 	}
