@@ -122,16 +122,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// acting on an older status could start an attempt already recorded — and
 	// re-create its pod, if it was deleted, next to the retry on the same
 	// phone — and a status written over an older one is refused (a conflict,
-	// a write for nothing). The write's own event brings the run back.
+	// a write for nothing). The write's own event brings the run back, at
+	// this reconcile's priority at least: the requeue below keeps it, and is
+	// only a safety net (polling a lagging cache is work for nothing too).
 	if r.notes.behindOwnWrite(&run, r.Clock.Now()) {
-		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
+		return ctrl.Result{RequeueAfter: cacheLagPoll}, nil
 	}
 	if name := r.notes.podToShow(req.NamespacedName, r.Clock.Now()); name != "" {
 		// Likewise for the attempt pod it created: the pod's event brings the run back.
 		var pod corev1.Pod
 		switch err := r.Get(ctx, types.NamespacedName{Namespace: req.Namespace, Name: name}, &pod); {
 		case apierrors.IsNotFound(err):
-			return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
+			return ctrl.Result{RequeueAfter: cacheLagPoll}, nil
 		case err != nil:
 			return ctrl.Result{}, err
 		}
@@ -186,6 +188,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	return s.result(), nil
 }
+
+// cacheLagPoll is how soon a reconcile that found the cache behind the
+// manager's own writes looks again if no event has brought it back.
+const cacheLagPoll = time.Second
 
 // then is what is left of a reconcile once the run has been acted on.
 type then int
