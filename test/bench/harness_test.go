@@ -429,6 +429,29 @@ func managerConfig(ctx context.Context, t *testing.T, admin *rest.Config, c clie
 		TLSClientConfig: rest.TLSClientConfig{CAData: admin.CAData}}
 }
 
+// pipelineClient is a client that creates and cancels runs in ns as a
+// ServiceAccount with a Role for that alone, the way a CI pipeline or a
+// GitOps tool does: its requests share the API server through API Priority
+// and Fairness, as the manager's do.
+func pipelineClient(ctx context.Context, t *testing.T, admin *rest.Config, c client.Client, ns string, scheme *kruntime.Scheme) client.Client {
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "run-pipeline"}}
+	must(t, c.Create(ctx, sa))
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "run-pipeline"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{farmv1.GroupVersion.Group}, Resources: []string{"agentruns"}, Verbs: []string{"create", "get", "patch"}}}}
+	must(t, c.Create(ctx, role))
+	must(t, c.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "run-pipeline"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: sa.Name}}}))
+	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}
+	must(t, c.SubResource("token").Create(ctx, sa, tr))
+	cfg := &rest.Config{Host: admin.Host, BearerToken: tr.Status.Token, TLSClientConfig: rest.TLSClientConfig{CAData: admin.CAData}, QPS: -1}
+	pc, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pc
+}
+
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func must(t *testing.T, err error) {
