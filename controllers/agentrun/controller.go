@@ -14,6 +14,7 @@ package agentrun
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -128,17 +129,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if r.notes.behindOwnWrite(&run, r.Clock.Now()) {
 		return ctrl.Result{RequeueAfter: cacheLagPoll}, nil
 	}
-	if name := r.notes.podToShow(req.NamespacedName, r.Clock.Now()); name != "" {
-		// Likewise for the attempt pod it created: the pod's event brings the run back.
-		var pod corev1.Pod
-		switch err := r.Get(ctx, types.NamespacedName{Namespace: req.Namespace, Name: name}, &pod); {
-		case apierrors.IsNotFound(err):
-			return ctrl.Result{RequeueAfter: cacheLagPoll}, nil
-		case err != nil:
-			return ctrl.Result{}, err
-		}
-		r.notes.podShown(req.NamespacedName)
-	}
 	s := &step{r: r, run: &run, ev: recorder{r.Recorder}, now: r.Clock.Now(), before: run.Status.DeepCopy()}
 	if run.Status.Phase == "" {
 		run.Status.Phase = farmv1.RunPending
@@ -147,6 +137,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// 3. Observe the world: the run's attempt pods, the Lease it holds, that rig.
 	if err := s.observe(ctx); err != nil {
 		return ctrl.Result{}, err
+	}
+	if name := r.notes.podToShow(req.NamespacedName, s.now); name != "" {
+		// Likewise for the attempt pod it created: the pod's event brings the run back.
+		if !slices.ContainsFunc(s.pods, func(p *corev1.Pod) bool { return p.Name == name }) {
+			return ctrl.Result{RequeueAfter: cacheLagPoll}, nil
+		}
+		r.notes.podShown(req.NamespacedName)
 	}
 	if run.Status.StartTime == nil && len(s.pods) > 0 {
 		// The run started when its first pod was created, whether or not a

@@ -158,10 +158,10 @@ func (n *notes) created(run types.NamespacedName, pod *corev1.Pod, at time.Time)
 }
 
 // podToShow is the attempt pod this manager created for the run that the
-// cache may not show yet (""): the reconcile checks the cache for it and
-// waits, up to ownWriteWait, for the pod's own event. Acting without it
-// would create it again, refused, and write a status on a world that is
-// one pod short.
+// cache may not show yet (""): the reconcile looks for it among the pods it
+// observed and waits, up to ownWriteWait, for the pod's own event. Acting
+// without it would create it again, refused, and write a status on a world
+// that is one pod short.
 func (n *notes) podToShow(run types.NamespacedName, now time.Time) string {
 	v, ok := n.podsMade.Load(run)
 	if !ok {
@@ -178,8 +178,8 @@ func (n *notes) podToShow(run types.NamespacedName, now time.Time) string {
 // podShown forgets the created pod once the cache shows it.
 func (n *notes) podShown(run types.NamespacedName) { n.podsMade.Delete(run) }
 
-// letGo notes that this manager removed the finalizer of the run's pod,
-// which the patch left at resource version rv.
+// letGo notes that this manager removed the finalizer of the run's pod, as
+// the patch returned it (its resource version after the removal).
 func (n *notes) letGo(run types.NamespacedName, pod *corev1.Pod) {
 	n.finalized.Store(run, letGone{uid: pod.UID, rv: pod.ResourceVersion})
 }
