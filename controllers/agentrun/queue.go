@@ -390,12 +390,14 @@ func rigLabelKeys(o client.Object) []string {
 func (r *Reconciler) listRigsMatching(ctx context.Context, namespace string, set map[string]string, opts ...client.ListOption) ([]farmv1.DeviceRig, error) {
 	opts = append(opts, client.InNamespace(namespace))
 	if len(set) > 0 {
-		keys := make([]string, 0, len(set))
+		// Any one label finds a superset; the first by name keeps the read the same each time.
+		first := ""
 		for k := range set {
-			keys = append(keys, k)
+			if first == "" || k < first {
+				first = k
+			}
 		}
-		sort.Strings(keys)
-		opts = append(opts, client.MatchingFields{rigLabelIndex: keys[0] + "=" + set[keys[0]]})
+		opts = append(opts, client.MatchingFields{rigLabelIndex: first + "=" + set[first]})
 	}
 	var list farmv1.DeviceRigList
 	if err := r.List(ctx, &list, opts...); err != nil {
