@@ -423,6 +423,12 @@ func managerConfig(ctx context.Context, t *testing.T, admin *rest.Config, c clie
 	must(t, c.Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role.Name},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: sa.Namespace, Name: sa.Name}}}))
+	return tokenConfig(ctx, t, admin, c, sa)
+}
+
+// tokenConfig is a rest config that authenticates as sa with a token of an
+// hour, on admin's API server.
+func tokenConfig(ctx context.Context, t *testing.T, admin *rest.Config, c client.Client, sa *corev1.ServiceAccount) *rest.Config {
 	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}
 	must(t, c.SubResource("token").Create(ctx, sa, tr))
 	return &rest.Config{Host: admin.Host, BearerToken: tr.Status.Token,
@@ -442,9 +448,8 @@ func pipelineClient(ctx context.Context, t *testing.T, admin *rest.Config, c cli
 	must(t, c.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "run-pipeline"},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: sa.Name}}}))
-	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}
-	must(t, c.SubResource("token").Create(ctx, sa, tr))
-	cfg := &rest.Config{Host: admin.Host, BearerToken: tr.Status.Token, TLSClientConfig: rest.TLSClientConfig{CAData: admin.CAData}, QPS: -1}
+	cfg := tokenConfig(ctx, t, admin, c, sa)
+	cfg.QPS = -1
 	pc, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)
