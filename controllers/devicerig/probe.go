@@ -1,0 +1,144 @@
+package devicerig
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/internal/conditions"
+)
+
+// lastProbe is when the rig was last probed: by this manager if it has,
+// else as the status records it (zero: never).
+func (r *Reconciler) lastProbe(key types.NamespacedName, recorded *metav1.Time) time.Time {
+	var t time.Time
+	if recorded != nil {
+		t = recorded.Time
+	}
+	if v, ok := r.probed.Load(key); ok && v.(time.Time).After(t) {
+		t = v.(time.Time)
+	}
+	return t
+}
+
+func (r *Reconciler) recordInterval() time.Duration {
+	if r.Config.ProbeRecordInterval > 0 {
+		return r.Config.ProbeRecordInterval
+	}
+	return DefaultProbeRecordInterval
+}
+
+// probe asks the rig's health route (the PhysiClaw /api/status JSON).
+func (r *Reconciler) probe(ctx context.Context, rig *farmv1.DeviceRig) (*farmv1.RigHealth, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.Config.ProbeTimeout)
+	defer cancel()
+	u := healthURL(rig)
+	if err := sameHost(u, rig.Spec.Endpoint.URL); err != nil {
+		// The API refuses such a rig; one stored before that rule is not probed.
+		return nil, fmt.Errorf("health URL %q: %w", u, err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, fmt.Errorf("health URL %q: %w", u, err)
+	}
+	resp, err := r.HTTP.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("probe rig %s: %w", rig.Name, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxHealthBody))
+	if err != nil {
+		return nil, fmt.Errorf("probe rig %s: read body: %w", rig.Name, err)
+	}
+	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+		return nil, fmt.Errorf("probe rig %s: GET %s answered %s (to %q); redirects are not followed: set endpoint.healthURL to the route itself",
+			rig.Name, u, resp.Status, resp.Header.Get("Location"))
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("probe rig %s: GET %s answered %s", rig.Name, u, resp.Status)
+	}
+	var h farmv1.RigHealth
+	if err := json.Unmarshal(body, &h); err != nil {
+		return nil, fmt.Errorf("probe rig %s: GET %s did not answer the PhysiClaw status JSON: %w", rig.Name, u, err)
+	}
+	return &h, nil
+}
+
+// maxHealthBody is the most of a health answer the manager reads.
+const maxHealthBody = 64 << 10
+
+// sameHost refuses a health URL on another host than the rig's endpoint:
+// the manager fetches it from its own network position.
+func sameHost(health, endpoint string) error {
+	h, err := url.Parse(health)
+	if err != nil {
+		return err
+	}
+	e, err := url.Parse(endpoint)
+	if err != nil {
+		return fmt.Errorf("the endpoint URL: %w", err)
+	}
+	if (h.Scheme != "http" && h.Scheme != "https") || !strings.EqualFold(h.Hostname(), e.Hostname()) {
+		return fmt.Errorf("not an http(s) URL on the endpoint's host %q: not probed", e.Hostname())
+	}
+	return nil
+}
+
+// noRedirects makes a client stop at the first answer: a health route that
+// redirects could send the manager anywhere.
+func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
+// healthURL is the rig's health route: spec.endpoint.healthURL, else /api/status on the MCP URL's host.
+func healthURL(rig *farmv1.DeviceRig) string {
+	if rig.Spec.Endpoint.HealthURL != "" {
+		return rig.Spec.Endpoint.HealthURL
+	}
+	u, err := url.Parse(rig.Spec.Endpoint.URL)
+	if err != nil {
+		return rig.Spec.Endpoint.URL
+	}
+	return (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: "/api/status"}).String()
+}
+
+// probeIfDue asks the rig's health route when a probe is due (every
+// Config.ProbeInterval) and sets the health, EndpointReachable and
+// Calibrated conditions from the answer. It says whether it probed, and when
+// the rig was last probed (now, if it did).
+func (r *Reconciler) probeIfDue(ctx context.Context, rig *farmv1.DeviceRig, now time.Time) (probed bool, last time.Time) {
+	key := client.ObjectKeyFromObject(rig)
+	st, gen := &rig.Status, rig.Generation
+	last = r.lastProbe(key, st.LastProbeTime)
+	if !last.IsZero() && now.Before(last.Add(r.Config.ProbeInterval)) {
+		return false, last
+	}
+	health, err := r.probe(ctx, rig)
+	r.probed.Store(key, now)
+	if err != nil {
+		probeFailures.Inc()
+		st.Health = nil
+		conditions.False(&st.Conditions, gen, farmv1.ConditionEndpointReachable, farmv1.ReasonProbeFailed, err.Error())
+		conditions.Unknown(&st.Conditions, gen, farmv1.ConditionCalibrated, farmv1.ReasonUnknown, "the health route did not answer")
+		log.FromContext(ctx).V(1).Info("probe failed", "rig", rig.Name, "reason", farmv1.ReasonProbeFailed, "error", err.Error())
+		return true, now
+	}
+	st.Health = health
+	conditions.True(&st.Conditions, gen, farmv1.ConditionEndpointReachable, farmv1.ReasonProbeSucceeded, "GET "+healthURL(rig)+" answered")
+	if health.Calibrated && health.OriginPinned {
+		conditions.True(&st.Conditions, gen, farmv1.ConditionCalibrated, farmv1.ReasonCalibrated, "calibrated, origin pinned")
+	} else {
+		conditions.False(&st.Conditions, gen, farmv1.ConditionCalibrated, farmv1.ReasonNotCalibrated,
+			fmt.Sprintf("calibrated=%v origin_pinned=%v: calibrate the rig", health.Calibrated, health.OriginPinned))
+	}
+	return true, now
+}
