@@ -18,195 +18,209 @@ import (
 
 // advance moves a run that is not finished: it takes a rig if it has none,
 // and keeps an attempt pod running on it.
-func (s *step) advance(ctx context.Context) (then, error) {
-	st := &s.run.Status
-	gen := s.run.Generation
-	if s.heldRig != "" && s.rig == nil {
-		return writeNow, s.rigLost(ctx)
+func (r *Reconciler) advance(ctx context.Context, run *farmv1.AgentRun, w world, live []*corev1.Pod, status *statusWriter) (decision, error) {
+	st := &run.Status
+	gen := run.Generation
+	if w.held != "" && w.rig == nil {
+		return r.rigLost(ctx, run, w, live)
 	}
-	if s.heldRig != "" && s.run.WaitsForRig() && !rigMatches(s.run, s.rig) && len(s.live) == 0 {
+	if w.held != "" && run.WaitsForRig() && !rigMatches(run, w.rig) && len(live) == 0 {
 		// Handed a rig its spec no longer names (a spec may change until the
 		// run starts): give it back and queue like any other run.
-		if err := s.releaseRig(ctx); err != nil || s.heldRig != "" {
-			return writeNow, err
+		released, err := r.releaseRig(ctx, run, w)
+		if err != nil || !released {
+			return wakeAt(retryRelease(w, released || err != nil)), err
 		}
+		w = w.afterRelease(released)
 	}
+	var wake time.Time
 	leasedNow := false
 	switch {
-	case s.heldRig == "":
-		if len(s.live) > 0 {
-			return writeNow, nil // a pod from a lost rig is still stopping
+	case w.held == "":
+		if len(live) > 0 {
+			return decision{}, nil // a pod from a lost rig is still stopping
 		}
-		c, err := s.acquire(ctx)
+		got, err := r.acquire(ctx, run, w, status)
 		switch {
 		case err != nil:
-			return writeNow, err
-		case c == queuedLater:
-			return deferStatus, nil
-		case c == queued, c == steeredIn:
-			return writeNow, nil
+			return wakeAt(got.wake), err
+		case got.claim == queuedLater:
+			return decision{then: deferStatus}, nil
+		case got.claim != took:
+			return wakeAt(got.wake), nil
 		}
-		leasedNow = true
-	case s.run.WaitsForRig():
-		s.took(s.rig) // handed over by the run that held it before
+		w, wake, leasedNow = w.holding(got.rig), got.wake, true
+	case run.WaitsForRig():
+		r.took(run, w.now, w.rig) // handed over by the run that held it before
+		decided(ctx, run, "took a rig handed over", farmv1.ReasonLeased, "took", w.held)
 		leasedNow = true
 	}
 	// Rebuilt from the world every time, so a status write lost to a conflict loses nothing.
-	st.Rig = s.heldRig
+	st.Rig = w.held
 	conditions.True(&st.Conditions, gen, farmv1.ConditionRigLeased, farmv1.ReasonLeased,
-		fmt.Sprintf("holding rig %s on node %s", s.rig.Name, s.rig.Spec.NodeName))
-	if len(s.live) > 0 {
-		st.Attempt, _ = podAttempt(s.live[len(s.live)-1])
+		fmt.Sprintf("holding rig %s on node %s", w.rig.Name, w.rig.Spec.NodeName))
+	if len(live) > 0 {
+		pod := live[len(live)-1]
+		st.Attempt, _ = podAttempt(pod)
 		st.Phase = farmv1.RunRunning
 		st.NextAttemptTime = nil
-		conditions.Unknown(&st.Conditions, gen, farmv1.ConditionSucceeded, farmv1.ReasonRunning, s.runningMessage(s.live[len(s.live)-1]))
-		return writeNow, nil
+		msg, confirmAt := runningMessage(run, w, pod)
+		conditions.Unknown(&st.Conditions, gen, farmv1.ConditionSucceeded, farmv1.ReasonRunning, msg)
+		return wakeAt(earliest(wake, confirmAt)), nil
 	}
-	if left, limited := attempt.RunInputTokensLeft(s.run); limited && left <= 0 {
+	if left, limited := attempt.RunInputTokensLeft(run); limited && left <= 0 {
 		// A fresh attempt would be refused its first request: end the run
 		// as a loop that spent the budget ends it, without starting one.
-		return writeNow, s.runBudgetSpent(ctx)
+		return r.runBudgetSpent(ctx, run, w)
 	}
-	if p := s.rig.Status.Phase; p == farmv1.RigOffline || p == farmv1.RigNotReady {
+	if p := w.rig.Status.Phase; p == farmv1.RigOffline || p == farmv1.RigNotReady {
 		// Keep the rig for a while, but start nothing on a node or phone that
 		// cannot run it: the rig's status change wakes this run when it is
 		// back. Past the grace the rig goes back, and the run queues again.
-		since := notReadySince(s.rig, s.now)
-		if s.now.Sub(since) >= s.r.Config.rigNotReadyGrace() {
-			if err := s.releaseRig(ctx); err != nil || s.heldRig != "" {
-				return writeNow, err
+		since := notReadySince(w.rig, w.now)
+		if w.now.Sub(since) >= r.Config.rigNotReadyGrace() {
+			released, err := r.releaseRig(ctx, run, w)
+			if err != nil || !released {
+				return wakeAt(earliest(wake, retryRelease(w, released || err != nil))), err
 			}
 			st.Phase = farmv1.RunQueued
 			conditions.False(&st.Conditions, gen, farmv1.ConditionRigLeased, farmv1.ReasonRigNotReady,
-				fmt.Sprintf("rig %s has been %s since %s; it was given back and the run queues again", s.rig.Name, p, since.UTC().Format(time.RFC3339)))
-			conditions.Unknown(&st.Conditions, gen, farmv1.ConditionSucceeded, farmv1.ReasonQueued, "waiting for a rig: rig "+s.rig.Name+" is "+string(p))
-			return writeNow, nil
+				fmt.Sprintf("rig %s has been %s since %s; it was given back and the run queues again", w.rig.Name, p, since.UTC().Format(time.RFC3339)))
+			conditions.Unknown(&st.Conditions, gen, farmv1.ConditionSucceeded, farmv1.ReasonQueued, "waiting for a rig: rig "+w.rig.Name+" is "+string(p))
+			decided(ctx, run, "gave a rig that is not ready back", farmv1.ReasonRigNotReady, "released", w.held, "rigPhase", p)
+			return wakeAt(wake), nil
 		}
-		s.wake(since.Add(s.r.Config.rigNotReadyGrace()))
 		st.Phase = farmv1.RunRetrying
 		conditions.Unknown(&st.Conditions, gen, farmv1.ConditionSucceeded, farmv1.ReasonRigNotReady,
-			fmt.Sprintf("attempt %d waits for rig %s, which is %s", attempt.Next(st).Attempt, s.rig.Name, p))
-		return writeNow, nil
+			fmt.Sprintf("attempt %d waits for rig %s, which is %s", attempt.Next(st).Attempt, w.rig.Name, p))
+		return wakeAt(earliest(wake, since.Add(r.Config.rigNotReadyGrace()))), nil
 	}
-	if t := st.NextAttemptTime; t != nil && s.now.Before(t.Time) {
+	if t := st.NextAttemptTime; t != nil && w.now.Before(t.Time) {
 		// Back off before a fresh attempt, holding the rig: the retry is meant
 		// for this phone, in the state the last attempt left it.
 		st.Phase = farmv1.RunRetrying
 		conditions.Unknown(&st.Conditions, gen, farmv1.ConditionSucceeded, farmv1.ReasonRetrying,
 			fmt.Sprintf("attempt %d of %d starts at %s, after a back-off: attempt %d ended STUCK", attempt.Next(st).Attempt,
-				s.run.Spec.Limits.MaxAttempts, t.UTC().Format(time.RFC3339), st.Attempt))
-		s.wake(t.Time)
-		return writeNow, nil
+				run.Spec.Limits.MaxAttempts, t.UTC().Format(time.RFC3339), st.Attempt))
+		return wakeAt(earliest(wake, t.Time)), nil
 	}
-	return s.startAttempt(ctx, leasedNow)
+	d, err := r.startAttempt(ctx, run, w, leasedNow, status)
+	d.wake = earliest(d.wake, wake)
+	return d, err
 }
 
 // runBudgetSpent fails a run whose recorded attempts have used all of
 // spec.limits.maxRunInputTokens, with the reason and sentinel a loop that
 // reports budget_exhausted gets, and gives the rig back.
-func (s *step) runBudgetSpent(ctx context.Context) error {
-	st := &s.run.Status
+func (r *Reconciler) runBudgetSpent(ctx context.Context, run *farmv1.AgentRun, w world) (decision, error) {
+	st := &run.Status
 	var used int64
 	if st.Usage != nil {
 		used = st.Usage.PromptTokens
 	}
 	st.Sentinel, st.ExitReason = string(contract.Stuck), string(contract.ReasonBudgetExhausted)
-	s.finishWith(farmv1.RunFailed, farmv1.ReasonBudgetExhausted, fmt.Sprintf(
+	r.finishWith(ctx, run, w.now, farmv1.RunFailed, farmv1.ReasonBudgetExhausted, fmt.Sprintf(
 		"the run's input token budget is spent: its %d recorded attempts used %d input tokens of limits.maxRunInputTokens %d; no attempt %d was started",
-		len(st.Attempts), used, s.run.Spec.Limits.MaxRunInputTokens, attempt.Next(st).Attempt))
-	return s.releaseRig(ctx)
+		len(st.Attempts), used, run.Spec.Limits.MaxRunInputTokens, attempt.Next(st).Attempt))
+	return r.giveBack(ctx, run, w)
 }
 
 // runningMessage says how the run's newest live pod stands: running, or — on
 // a node that has not reported, or terminating a minute past its grace with
 // no word from its kubelet — alive as far as anyone can tell, its rig held,
-// and what an operator does when the node is gone for good.
-func (s *step) runningMessage(pod *corev1.Pod) string {
-	st := &s.run.Status
+// and what an operator does when the node is gone for good. Before that
+// minute is up, recheckAt is when it will be.
+func runningMessage(run *farmv1.AgentRun, w world, pod *corev1.Pod) (msg string, recheckAt time.Time) {
+	st := &run.Status
 	goneForGood := fmt.Sprintf("if node %s is gone for good, `kubectl delete node` it or taint it %s=nodeshutdown:NoExecute",
 		pod.Spec.NodeName, corev1.TaintNodeOutOfService)
 	terminating := false
 	if t := pod.DeletionTimestamp; t != nil {
-		if terminating = s.now.After(t.Add(time.Minute)); !terminating {
-			s.wake(t.Add(time.Minute + time.Second))
+		if terminating = w.now.After(t.Add(time.Minute)); !terminating {
+			recheckAt = t.Add(time.Minute + time.Second)
 		}
 	}
 	switch {
-	case s.unreachable != "":
+	case w.unreachable != "":
 		return fmt.Sprintf("attempt %d on rig %s may still be running: %s. It counts as alive, and the rig stays held, "+
-			"until the node reports again; %s", st.Attempt, s.heldRig, s.unreachable, goneForGood)
+			"until the node reports again; %s", st.Attempt, w.held, w.unreachable, goneForGood), recheckAt
 	case terminating:
 		return fmt.Sprintf("pod %s has been terminating since %s and its node has not confirmed it ended; the rig stays held until it does (%s)",
-			pod.Name, pod.DeletionTimestamp.UTC().Format(time.RFC3339), goneForGood)
+			pod.Name, pod.DeletionTimestamp.UTC().Format(time.RFC3339), goneForGood), recheckAt
 	}
-	return fmt.Sprintf("attempt %d is running on rig %s", st.Attempt, s.heldRig)
+	return fmt.Sprintf("attempt %d is running on rig %s", st.Attempt, w.held), recheckAt
 }
 
 // startAttempt creates the next attempt pod on the held rig. leasedNow says
 // the run took the rig in this reconcile, so the Event names the rig too.
-func (s *step) startAttempt(ctx context.Context, leasedNow bool) (then, error) {
-	st := &s.run.Status
-	gen := s.run.Generation
+func (r *Reconciler) startAttempt(ctx context.Context, run *farmv1.AgentRun, w world, leasedNow bool, status *statusWriter) (decision, error) {
+	st := &run.Status
+	gen := run.Generation
 	next := attempt.Next(st)
-	if why, err := s.modelKeyRefused(ctx); err != nil {
-		return writeNow, err
-	} else if why != "" {
-		s.ev.podCreateFailed(s.run, errors.New(why))
-		s.finishWith(farmv1.RunFailed, farmv1.ReasonInvalidConfig, why)
-		return writeNow, s.releaseRig(ctx)
+	if why, err := r.modelKeyRefused(ctx, run); err != nil || why != "" {
+		if err != nil {
+			return decision{}, err
+		}
+		return r.refuse(ctx, run, w, errors.New(why), why)
 	}
-	policies, why, err := s.toolPolicies(ctx)
+	policies, why, err := r.toolPolicies(ctx, run)
 	if err != nil {
-		return writeNow, err
+		return decision{}, err
 	} else if why != "" {
-		s.ev.podCreateFailed(s.run, errors.New(why))
-		s.finishWith(farmv1.RunFailed, farmv1.ReasonInvalidConfig, why)
-		return writeNow, s.releaseRig(ctx)
+		return r.refuse(ctx, run, w, errors.New(why), why)
 	}
 	// A collect run's first attempt takes the waiting collect runs into its
 	// session first (joined.go): the pod's opening message numbers them all.
-	if err := s.collect(ctx); err != nil {
-		return writeNow, err
+	if err := r.collect(ctx, run, w, status); err != nil {
+		return decision{}, err
 	}
 	pod := attempt.BuildPod(attempt.Spec{
-		Run: s.run, Rig: s.rig, Attempt: next.Attempt, Retry: next.Retry, Resume: next.Resume, Defaults: s.r.Config.Loop,
+		Run: run, Rig: w.rig, Attempt: next.Attempt, Retry: next.Retry, Resume: next.Resume, Defaults: r.Config.Loop,
 		ToolPolicies: policies,
 	})
 	created := false
-	err = s.r.Create(ctx, pod)
+	err = r.Create(ctx, pod)
 	switch {
 	case err == nil:
 		if leasedNow {
-			s.ev.rigLeasedAndStarted(s.run, s.rig, pod, next.Attempt, next.Retry)
+			r.ev().rigLeasedAndStarted(run, w.rig, pod, next.Attempt, next.Retry)
 		} else {
-			s.ev.attemptStarted(s.run, pod, next.Attempt, next.Retry)
+			r.ev().attemptStarted(run, pod, next.Attempt, next.Retry)
 		}
 		if st.StartTime == nil {
-			s.r.notes.podCreated(client.ObjectKeyFromObject(s.run), s.now)
+			r.notes.podCreated(client.ObjectKeyFromObject(run), w.now)
 		}
-		s.r.notes.created(client.ObjectKeyFromObject(s.run), pod, s.now)
+		r.notes.created(client.ObjectKeyFromObject(run), pod, w.now)
 		created = true
 	case apierrors.IsAlreadyExists(err):
 		// created by an earlier reconcile the cache has not shown yet
 	case apierrors.IsInvalid(err), apierrors.IsForbidden(err), apierrors.IsBadRequest(err):
 		// Refused for good (admission, a quota, a policy): retrying the same
 		// pod would hold the phone forever.
-		s.ev.podCreateFailed(s.run, err)
-		s.finishWith(farmv1.RunFailed, farmv1.ReasonInvalidConfig, fmt.Sprintf("the attempt pod was refused: %v", err))
-		return writeNow, s.releaseRig(ctx)
+		return r.refuse(ctx, run, w, err, fmt.Sprintf("the attempt pod was refused: %v", err))
 	default:
-		s.ev.podCreateFailed(s.run, err)
-		return writeNow, fmt.Errorf("create attempt pod %s: %w", pod.Name, err)
+		r.ev().podCreateFailed(run, err)
+		return decision{}, fmt.Errorf("create attempt pod %s: %w", pod.Name, err)
 	}
 	st.Attempt = next.Attempt
 	st.Phase = farmv1.RunRunning
 	st.NextAttemptTime = nil
 	conditions.Unknown(&st.Conditions, gen, farmv1.ConditionSucceeded, farmv1.ReasonRunning,
-		fmt.Sprintf("attempt %d is running on rig %s", next.Attempt, s.heldRig))
+		fmt.Sprintf("attempt %d is running on rig %s", next.Attempt, w.held))
 	if created {
-		return awaitPodEvent, nil
+		decided(ctx, run, "started an attempt", farmv1.ReasonRunning, "pod", pod.Name, "retry", next.Retry)
+		return decision{then: awaitPodEvent}, nil
 	}
-	return writeNow, nil
+	return decision{}, nil
+}
+
+// refuse fails the run InvalidConfig instead of starting its attempt: a
+// Warning Event tells cause, the Succeeded condition tells why, and the rig
+// goes back.
+func (r *Reconciler) refuse(ctx context.Context, run *farmv1.AgentRun, w world, cause error, why string) (decision, error) {
+	r.ev().podCreateFailed(run, cause)
+	r.finishWith(ctx, run, w.now, farmv1.RunFailed, farmv1.ReasonInvalidConfig, why)
+	return r.giveBack(ctx, run, w)
 }
 
 // notReadySince is when the rig's Ready condition last changed (it is not

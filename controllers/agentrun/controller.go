@@ -2,14 +2,16 @@
 // the rig's Lease, runs attempt pods on the rig's node, records how each one
 // ended, and acts on the sentinel (done, retry, follow-up).
 //
-// Reconcile (this file) is the run's story; each chapter has a file of its own:
-// observe.go reads the world, record.go records ended attempts and moves the
-// phase, rig.go takes and gives back rigs (queue.go orders the queue),
-// attempt.go starts attempt pods, stop.go stops runs and cleans up after them,
-// followup.go schedules WAIT follow-ups and agent jobs, status.go writes the
-// status, notes.go is the little this manager remembers between reconciles,
-// watches.go says which changes wake which runs, events.go and metrics.go
-// declare every Event and metric.
+// Reconcile (this file) is the run's story; each chapter is a sub-reconciler
+// in a file of its own: observe.go reads the world, record.go records ended
+// attempts and moves the phase, stall.go is the stall watchdog, rig.go takes
+// and gives back rigs (queue.go orders the queue), attempt.go starts attempt
+// pods, stop.go stops runs and cleans up after them, followup.go schedules
+// WAIT follow-ups and agent jobs, joined.go and steer.go run several runs'
+// triggers in one session, status.go writes the status and counts what it
+// made true, notes.go is the little this manager remembers between
+// reconciles, watches.go says which changes wake which runs, events.go and
+// metrics.go declare every Event and metric.
 package agentrun
 
 import (
@@ -28,6 +30,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/internal/attempt"
@@ -104,7 +107,11 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 
 // Reconcile reads as the run's story: observe the world, record what ended,
-// then act on the phase — stop, follow up, finish, or queue and run.
+// watch what runs, then act on the phase — stop, follow up, finish, or queue
+// and run. Each chapter is a sub-reconciler with narrow inputs: the run (whose
+// status it sets), the world observe read, and what the chapters before it
+// decided; it returns its decisions as values (a wake-up time, whether the
+// rig went back), merged here.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	// 1. Load the run. When it is gone, its pods and Lease are orphans to clean up.
 	var run farmv1.AgentRun
@@ -126,45 +133,81 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// a write for nothing). The write's own event brings the run back, at
 	// this reconcile's priority at least: the requeue below keeps it, and is
 	// only a safety net (polling a lagging cache is work for nothing too).
-	if r.notes.behindOwnWrite(&run, r.Clock.Now()) {
+	now := r.Clock.Now()
+	if r.notes.behindOwnWrite(&run, now) {
 		return ctrl.Result{RequeueAfter: cacheLagPoll}, nil
 	}
-	s := &step{r: r, run: &run, ev: recorder{r.Recorder}, now: r.Clock.Now(), before: run.Status.DeepCopy()}
+	status := r.statusWriter(&run)
 	if run.Status.Phase == "" {
 		run.Status.Phase = farmv1.RunPending
 	}
 
-	// 3. Observe the world: the run's attempt pods, the Lease it holds, that rig.
-	if err := s.observe(ctx); err != nil {
+	// 3. Observe the world: the run's attempt pods and their nodes, the Lease
+	// it holds, that rig, and whether it must stop (spec.cancel, its deadline).
+	w, wake, err := r.observe(ctx, &run, now)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if name := r.notes.podToShow(req.NamespacedName, s.now); name != "" {
+	if name := r.notes.podToShow(req.NamespacedName, now); name != "" {
 		// Likewise for the attempt pod it created: the pod's event brings the run back.
-		if !slices.ContainsFunc(s.pods, func(p *corev1.Pod) bool { return p.Name == name }) {
+		if !slices.ContainsFunc(w.pods, func(p *corev1.Pod) bool { return p.Name == name }) {
 			return ctrl.Result{RequeueAfter: cacheLagPoll}, nil
 		}
 		r.notes.podShown(req.NamespacedName)
 	}
-	if run.Status.StartTime == nil && len(s.pods) > 0 {
+	if run.Status.StartTime == nil && len(w.pods) > 0 {
 		// The run started when its first pod was created, whether or not a
 		// status said so before the pod ended.
-		t := metav1.NewTime(s.startedAt(s.pods[0]))
+		t := metav1.NewTime(r.startedAt(&run, w.pods[0]))
 		run.Status.StartTime = &t
 	}
 
-	// 4. Record every attempt pod that ended, then let its finalizer go.
-	if err := s.recordEnded(ctx); err != nil {
-		return ctrl.Result{}, err
-	}
-
-	// 5. Act on the phase.
-	next, err := s.act(ctx)
+	// 4. Record every attempt pod that ended (record.go). A run that no
+	// longer needs its rig gives it back in the same write that records the
+	// outcome: the pod has terminated, the record is the durable memory, and
+	// a restart in between only repeats a no-op. The status is written before
+	// any finalizer goes, so a restarted manager finds either an unrecorded
+	// pod (and records it) or a recorded one (and only lets it go).
+	rec, err := r.recordEnded(ctx, &run, w)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	wake = earliest(wake, rec.wake)
+	r.noteApproval(&run, rec.live)
+	if rec.any {
+		if p := run.Status.Phase; (p.Finished() || p == farmv1.RunWaiting) && len(rec.live) == 0 {
+			released, err := r.releaseRig(ctx, &run, w)
+			if err != nil {
+				return ctrl.Result{}, err
+			}
+			w, wake = w.afterRelease(released), earliest(wake, retryRelease(w, released))
+		}
+		if err := status.write(ctx); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	lettingGo, err := r.letGoAll(ctx, &run, w.now, rec.endings)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	wake = earliest(wake, lettingGo)
 
-	// 6. Write what changed, unless a later reconcile writes it.
-	switch next {
+	// 5. Watch the live attempts for a stall (stall.go).
+	stallAt, err := r.watchdog(ctx, &run, w, rec.live)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	wake = earliest(wake, stallAt)
+
+	// 6. Act on the phase.
+	d, err := r.act(ctx, &run, w, rec.live, status)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	wake = earliest(wake, d.wake)
+
+	// 7. Write what changed, unless a later reconcile writes it.
+	switch d.then {
 	case deferStatus:
 		// Back into the work queue behind the runs that can start now; the
 		// next pass writes Queued if the run still waits.
@@ -177,13 +220,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// Nothing is lost if the manager stops in between — the status is
 		// rebuilt from the pod.
 		r.notes.undefer(req.NamespacedName)
-		return s.result(), nil
+		return r.result(wake), nil
 	}
 	r.notes.undefer(req.NamespacedName)
-	if err := s.writeStatus(ctx); err != nil {
+	if err := status.write(ctx); err != nil {
 		return ctrl.Result{}, err
 	}
-	return s.result(), nil
+	return r.result(wake), nil
 }
 
 // cacheLagPoll is how soon a reconcile that found the cache behind the
@@ -204,60 +247,62 @@ const (
 	awaitPodEvent
 )
 
+// decision is what acting on the run decided besides the status it set:
+// what is left of the reconcile, and when to look at the run again (zero:
+// no need).
+type decision struct {
+	then then
+	wake time.Time
+}
+
+// wakeAt is a decision to write the status now and look again at t.
+func wakeAt(t time.Time) decision { return decision{then: writeNow, wake: t} }
+
 // act moves the run on according to its phase.
-func (s *step) act(ctx context.Context) (then, error) {
+func (r *Reconciler) act(ctx context.Context, run *farmv1.AgentRun, w world, live []*corev1.Pod, status *statusWriter) (decision, error) {
 	switch {
-	case s.stopReason() != nil && !s.run.Status.Phase.Finished():
-		return writeNow, s.stop(ctx)
-	case !s.run.Status.Phase.Finished() && (s.run.Status.CollectedInto != "" || s.run.Status.SteeredInto != ""):
-		return writeNow, s.follow(ctx) // joined.go: a run whose trigger is in another run's session
-	case s.run.Status.Phase == farmv1.RunWaiting:
-		return writeNow, s.followUp(ctx)
-	case s.run.Status.Phase.Finished():
-		return writeNow, s.finish(ctx)
+	case w.stop != nil && !run.Status.Phase.Finished():
+		return r.stop(ctx, run, w, live)
+	case !run.Status.Phase.Finished() && (run.Status.CollectedInto != "" || run.Status.SteeredInto != ""):
+		return r.follow(ctx, run, w, live) // joined.go: a run whose trigger is in another run's session
+	case run.Status.Phase == farmv1.RunWaiting:
+		return r.followUp(ctx, run, w)
+	case run.Status.Phase.Finished():
+		return r.finish(ctx, run, w, live)
 	}
-	return s.advance(ctx)
+	return r.advance(ctx, run, w, live, status)
 }
 
-// step is one reconcile of one run: what it saw and when it wants to look again.
-type step struct {
-	r      *Reconciler
-	run    *farmv1.AgentRun
-	ev     recorder
-	now    time.Time
-	before *farmv1.AgentRunStatus
-
-	pods    []*corev1.Pod // the run's attempt pods, oldest first
-	live    []*corev1.Pod // pods whose loop may still be running
-	heldRig string        // the rig whose Lease the run holds ("" for none)
-	rig     *farmv1.DeviceRig
-
-	// written holds what is counted once the status that records it is
-	// written: a write lost to a conflict is recorded, and counted, again.
-	written []func()
-
-	wakeAt time.Time
-	// unreachable says, when set, that a live pod's node has not reported for
-	// longer than Config.NodeLostGrace.
-	unreachable string
-}
-
-// wake asks for the run to be reconciled again at t (the earliest asked wins).
-func (s *step) wake(t time.Time) {
-	if !t.IsZero() && (s.wakeAt.IsZero() || t.Before(s.wakeAt)) {
-		s.wakeAt = t
+// earliest is the earliest of the wake-up times that are set (zero: none is).
+func earliest(ts ...time.Time) time.Time {
+	var e time.Time
+	for _, t := range ts {
+		if !t.IsZero() && (e.IsZero() || t.Before(e)) {
+			e = t
+		}
 	}
+	return e
 }
 
-func (s *step) result() ctrl.Result {
-	if s.wakeAt.IsZero() {
+// result asks for the run to be reconciled again at wake, if set.
+func (r *Reconciler) result(wake time.Time) ctrl.Result {
+	if wake.IsZero() {
 		return ctrl.Result{}
 	}
-	d := s.wakeAt.Sub(s.r.Clock.Now())
+	d := wake.Sub(r.Clock.Now())
 	if d < 100*time.Millisecond {
 		d = 100 * time.Millisecond
 	}
 	return ctrl.Result{RequeueAfter: d}
+}
+
+// ev is the controller's Event recorder (events.go).
+func (r *Reconciler) ev() recorder { return recorder{r.Recorder} }
+
+// decided logs one decision of a reconcile at V(1): what was decided, for
+// which run, attempt and rig, and why.
+func decided(ctx context.Context, run *farmv1.AgentRun, what, reason string, kv ...any) {
+	log.FromContext(ctx).V(1).Info(what, append([]any{"run", run.Name, "attempt", run.Status.Attempt, "rig", run.Status.Rig, "reason", reason}, kv...)...)
 }
 
 func (c Config) configErrorGrace() time.Duration {

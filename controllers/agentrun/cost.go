@@ -16,29 +16,25 @@ import (
 // priceAttempt sets the cost of a recorded attempt's usage when the run's
 // model has a price: spec.model.pricing, else the manager's price list
 // (Config.PricingConfigMap). A price that cannot be read leaves the cost
-// empty and says why in a Warning Event and the log; the run goes on. It
-// returns the cost (nil when there is none).
-func (s *step) priceAttempt(ctx context.Context, rec *farmv1.AttemptRecord) *big.Rat {
+// empty and says why in a Warning Event and the log; the run goes on.
+func (r *Reconciler) priceAttempt(ctx context.Context, run *farmv1.AgentRun, rec *farmv1.AttemptRecord) {
 	if rec.Usage == nil {
-		return nil
+		return
 	}
-	price, ok, err := s.price(ctx)
+	price, ok, err := r.price(ctx, run)
 	if err != nil {
-		log.FromContext(ctx).Error(err, "the attempt's cost is left empty", "pod", rec.Pod, "model", s.run.Spec.Model.Name)
-		s.ev.pricingInvalid(s.run, rec.Pod, err)
-		return nil
+		log.FromContext(ctx).Error(err, "the attempt's cost is left empty", "pod", rec.Pod, "model", run.Spec.Model.Name)
+		r.ev().pricingInvalid(run, rec.Pod, err)
+		return
 	}
-	if !ok {
-		return nil
+	if ok {
+		rec.Usage.Cost = pricing.Format(price.Cost(*rec.Usage))
 	}
-	cost := price.Cost(*rec.Usage)
-	rec.Usage.Cost = pricing.Format(cost)
-	return cost
 }
 
 // price is the run's model price; ok is false when nothing prices it.
-func (s *step) price(ctx context.Context) (p pricing.Price, ok bool, err error) {
-	model := s.run.Spec.Model
+func (r *Reconciler) price(ctx context.Context, run *farmv1.AgentRun) (p pricing.Price, ok bool, err error) {
+	model := run.Spec.Model
 	if model.Pricing != nil {
 		p, err = pricing.FromSpec(model.Pricing)
 		if err != nil {
@@ -46,14 +42,14 @@ func (s *step) price(ctx context.Context) (p pricing.Price, ok bool, err error) 
 		}
 		return p, true, nil
 	}
-	key := s.r.Config.PricingConfigMap
+	key := r.Config.PricingConfigMap
 	if key.Name == "" {
 		return p, false, nil
 	}
 	// Read once per recorded attempt, around the cache: the manager watches
 	// no ConfigMaps, and may read only this one.
 	var cm corev1.ConfigMap
-	if err := s.r.APIReader.Get(ctx, key, &cm); err != nil {
+	if err := r.APIReader.Get(ctx, key, &cm); err != nil {
 		if apierrors.IsNotFound(err) {
 			return p, false, fmt.Errorf("the price list ConfigMap %s (--pricing-configmap) does not exist", key)
 		}
@@ -75,7 +71,7 @@ func (s *step) price(ctx context.Context) (p pricing.Price, ok bool, err error) 
 }
 
 // countUsage adds a recorded attempt's tokens and cost to the counters.
-func countUsage(run *farmv1.AgentRun, u *farmv1.TokenUsage, cost *big.Rat) {
+func countUsage(run *farmv1.AgentRun, u *farmv1.TokenUsage) {
 	if u == nil {
 		return
 	}
@@ -85,7 +81,7 @@ func countUsage(run *farmv1.AgentRun, u *farmv1.TokenUsage, cost *big.Rat) {
 	} {
 		tokensTotal.WithLabelValues(ns, model, kind).Add(float64(max(n, 0)))
 	}
-	if cost != nil {
+	if cost, ok := new(big.Rat).SetString(u.Cost); ok && u.Cost != "" {
 		f, _ := cost.Float64()
 		costTotal.WithLabelValues(ns, model).Add(f)
 	}

@@ -20,22 +20,22 @@ import (
 
 // planFollowUp fixes, at the moment a WAIT is recorded, when the follow-up
 // fires (followup.Delay) and what it is called.
-func (s *step) planFollowUp(o attempt.Outcome) {
-	st := &s.run.Status
-	gen := s.run.Generation
-	next, allowed := followup.NextOf(s.run)
+func planFollowUp(run *farmv1.AgentRun, now time.Time, o attempt.Outcome) {
+	st := &run.Status
+	gen := run.Generation
+	next, allowed := followup.NextOf(run)
 	if !allowed {
 		reason, msg := farmv1.ReasonChainLimitReached,
-			fmt.Sprintf("the chain already has %d follow-ups (followUp.maxChain %d)", next.Chain-1, s.run.Spec.FollowUp.ChainLimit())
-		if s.run.Spec.FollowUp.ChainLimit() == 0 {
+			fmt.Sprintf("the chain already has %d follow-ups (followUp.maxChain %d)", next.Chain-1, run.Spec.FollowUp.ChainLimit())
+		if run.Spec.FollowUp.ChainLimit() == 0 {
 			reason, msg = farmv1.ReasonFollowUpsDisabled, "followUp.maxChain is 0"
 		}
 		conditions.False(&st.Conditions, gen, farmv1.ConditionFollowUpScheduled, reason, msg)
 		return
 	}
-	fire := metav1.NewTime(followup.FireTime(s.now, followup.Delay(s.run, o.Message)))
+	fire := metav1.NewTime(followup.FireTime(now, followup.Delay(run, o.Message)))
 	st.FollowUp = &farmv1.FollowUpStatus{
-		CronJob: followup.WaitCronJobName(s.run.Name), FireTime: &fire, Run: next.Name, Chain: next.Chain,
+		CronJob: followup.WaitCronJobName(run.Name), FireTime: &fire, Run: next.Name, Chain: next.Chain,
 	}
 	if m := o.Message; m != nil && m.FollowUp != nil {
 		st.FollowUp.Context = followup.Clip(m.FollowUp.Context, 4096)
@@ -48,68 +48,70 @@ func (s *step) planFollowUp(o attempt.Outcome) {
 // controller creates the follow-up itself. The follow-up is the run that
 // carries this run's UID (followup.IsChildOf); a run of its name made for
 // another parent moves it to followup.ChildNameFor.
-func (s *step) followUp(ctx context.Context) error {
-	st := &s.run.Status
-	gen := s.run.Generation
-	if err := s.releaseRig(ctx); err != nil {
-		return err
+func (r *Reconciler) followUp(ctx context.Context, run *farmv1.AgentRun, w world) (decision, error) {
+	st := &run.Status
+	gen := run.Generation
+	released, err := r.releaseRig(ctx, run, w)
+	if err != nil {
+		return decision{}, err
 	}
+	wake := retryRelease(w, released)
 	fu := st.FollowUp
 	if fu == nil || fu.FireTime == nil { // chain limit or follow-ups disabled: nothing will come
-		s.finishWith(farmv1.RunSucceeded, farmv1.ReasonWaiting, "the agent ended with WAIT; no follow-up (see FollowUpScheduled)")
-		return nil
+		r.finishWith(ctx, run, w.now, farmv1.RunSucceeded, farmv1.ReasonWaiting, "the agent ended with WAIT; no follow-up (see FollowUpScheduled)")
+		return wakeAt(wake), nil
 	}
-	next, _ := followup.NextOf(s.run)
-	name, exists, err := s.followUpName(ctx, next)
+	next, _ := followup.NextOf(run)
+	name, exists, err := r.followUpName(ctx, run, w.now, next)
 	if err != nil || name == "" {
-		return err
+		return wakeAt(wake), err
 	}
 	if exists {
-		return s.followedUp(ctx, name, false)
+		return wakeAt(wake), r.followedUp(ctx, run, w.now, name, false)
 	}
 	next.Name = name
 
-	trigger := followup.WaitTrigger(sessionTask(s.run), next, fu.Context)
-	want := followup.ChildRun(s.run, next, trigger)
+	trigger := followup.WaitTrigger(sessionTask(run), next, fu.Context)
+	want := followup.ChildRun(run, next, trigger)
 	fallbackAt := fu.FireTime.Add(followup.StartingDeadlineSeconds*time.Second + followup.FallbackSlack)
-	if !s.now.Before(fallbackAt) {
-		err := s.r.Create(ctx, want)
+	if !w.now.Before(fallbackAt) {
+		err := r.Create(ctx, want)
 		switch {
 		case err == nil:
-			return s.followedUp(ctx, want.Name, true)
+			return wakeAt(wake), r.followedUp(ctx, run, w.now, want.Name, true)
 		case apierrors.IsAlreadyExists(err):
 			// Made since the cache was read, by the CronJob or by someone
 			// else: the next reconcile reads whose it is.
-			s.wake(s.now.Add(time.Second))
-			return nil
+			return wakeAt(earliest(wake, w.now.Add(time.Second))), nil
 		case apierrors.IsInvalid(err):
-			s.followUpFailed(fmt.Sprintf("the API server refused follow-up run %s: %v", want.Name, err))
-			return nil
+			r.followUpFailed(ctx, run, w.now, fmt.Sprintf("the API server refused follow-up run %s: %v", want.Name, err))
+			return wakeAt(wake), nil
 		}
-		return fmt.Errorf("create follow-up run %s: %w", want.Name, err)
+		return wakeAt(wake), fmt.Errorf("create follow-up run %s: %w", want.Name, err)
 	}
-	cj, err := followup.WaitCronJob(s.run, want, fu.FireTime.Time, s.r.Config.FollowUp)
+	cj, err := followup.WaitCronJob(run, want, fu.FireTime.Time, r.Config.FollowUp)
 	if err != nil {
-		return err
+		return wakeAt(wake), err
 	}
-	err = s.r.Create(ctx, cj)
+	err = r.Create(ctx, cj)
 	switch {
 	case err == nil:
-		s.ev.followUpScheduled(s.run, cj.Name, want.Name, fu.FireTime.UTC().Format(time.RFC3339))
+		r.ev().followUpScheduled(run, cj.Name, want.Name, fu.FireTime.UTC().Format(time.RFC3339))
+		decided(ctx, run, "scheduled the follow-up", farmv1.ReasonScheduled, "cronJob", cj.Name, "followUp", want.Name, "at", fu.FireTime.UTC())
 	case apierrors.IsAlreadyExists(err):
-		if stale, err := s.dropStaleCronJob(ctx, cj.Name, want.Name); err != nil || stale {
-			return err
+		if stale, err := r.dropStaleCronJob(ctx, run, cj.Name, want.Name); err != nil || stale {
+			// The deletion's event, or the cache showing the CronJob, brings the run back.
+			return wakeAt(earliest(wake, w.now.Add(time.Second))), err
 		}
 	case apierrors.IsInvalid(err):
-		s.followUpFailed(fmt.Sprintf("the API server refused follow-up CronJob %s: %v", cj.Name, err))
-		return nil
+		r.followUpFailed(ctx, run, w.now, fmt.Sprintf("the API server refused follow-up CronJob %s: %v", cj.Name, err))
+		return wakeAt(wake), nil
 	default:
-		return fmt.Errorf("create follow-up CronJob %s: %w", cj.Name, err)
+		return wakeAt(wake), fmt.Errorf("create follow-up CronJob %s: %w", cj.Name, err)
 	}
 	conditions.True(&st.Conditions, gen, farmv1.ConditionFollowUpScheduled, farmv1.ReasonScheduled,
 		fmt.Sprintf("CronJob %s creates %s at %s", cj.Name, want.Name, fu.FireTime.UTC().Format(time.RFC3339)))
-	s.wake(fallbackAt)
-	return nil
+	return wakeAt(earliest(wake, fallbackAt)), nil
 }
 
 // followUpName finds the name of this run's follow-up, and whether it exists:
@@ -118,81 +120,80 @@ func (s *step) followUp(ctx context.Context) error {
 // run's hash, followup.ChildNameFor. The follow-up is never taken to be a run
 // this run did not make. When both names are held by others the run fails,
 // and name is "".
-func (s *step) followUpName(ctx context.Context, next followup.Next) (name string, exists bool, err error) {
-	fu := s.run.Status.FollowUp
+func (r *Reconciler) followUpName(ctx context.Context, run *farmv1.AgentRun, now time.Time, next followup.Next) (name string, exists bool, err error) {
+	fu := run.Status.FollowUp
 	if fu.Run == "" {
 		fu.Run = next.Name
 	}
-	planned, alt := fu.Run, followup.ChildNameFor(next, s.run.UID)
+	planned, alt := fu.Run, followup.ChildNameFor(next, run.UID)
 	for _, name := range []string{planned, alt} {
 		var child farmv1.AgentRun
-		err := s.r.Get(ctx, types.NamespacedName{Namespace: s.run.Namespace, Name: name}, &child)
+		err := r.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: name}, &child)
 		switch {
 		case apierrors.IsNotFound(err):
 			if name != planned {
 				fu.Run = name
-				s.ev.followUpRenamed(s.run, planned, name)
+				r.ev().followUpRenamed(run, planned, name)
 			}
 			return name, false, nil
 		case err != nil:
 			return "", false, fmt.Errorf("get follow-up run %s: %w", name, err)
-		case followup.IsChildOf(&child, s.run):
+		case followup.IsChildOf(&child, run):
 			fu.Run = name
 			return name, true, nil
 		}
 	}
-	s.finishWith(farmv1.RunFailed, farmv1.ReasonFollowUpNameTaken, fmt.Sprintf(
+	r.finishWith(ctx, run, now, farmv1.RunFailed, farmv1.ReasonFollowUpNameTaken, fmt.Sprintf(
 		"the agent ended with WAIT, but AgentRuns %s and %s, the names its follow-up may take, were made for other runs; delete them and create this run again", planned, alt))
-	conditions.False(&s.run.Status.Conditions, s.run.Generation, farmv1.ConditionFollowUpScheduled, farmv1.ReasonFollowUpNameTaken,
+	conditions.False(&run.Status.Conditions, run.Generation, farmv1.ConditionFollowUpScheduled, farmv1.ReasonFollowUpNameTaken,
 		fmt.Sprintf("AgentRuns %s and %s were made for other runs", planned, alt))
 	return "", false, nil
 }
 
 // dropStaleCronJob deletes the follow-up CronJob of this run's name when it
 // is not this run's or creates another child than child: an earlier run of
-// this name left it, or the follow-up was renamed. It reports whether it did;
-// the deletion's event brings the run back to create its own.
-func (s *step) dropStaleCronJob(ctx context.Context, name, child string) (bool, error) {
+// this name left it, or the follow-up was renamed. It reports whether it did
+// — or whether the cache does not show the CronJob yet: either way the run
+// looks again before it goes on.
+func (r *Reconciler) dropStaleCronJob(ctx context.Context, run *farmv1.AgentRun, name, child string) (bool, error) {
 	var cur batchv1.CronJob
-	if err := s.r.Get(ctx, types.NamespacedName{Namespace: s.run.Namespace, Name: name}, &cur); err != nil {
+	if err := r.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: name}, &cur); err != nil {
 		if apierrors.IsNotFound(err) {
-			s.wake(s.now.Add(time.Second)) // the cache has not shown it yet
-			return true, nil
+			return true, nil // the cache has not shown it yet
 		}
 		return false, fmt.Errorf("get follow-up CronJob %s: %w", name, err)
 	}
 	req, err := followup.RequestOf(&cur)
-	if metav1.IsControlledBy(&cur, s.run) && err == nil && req.Run.Name == child {
+	if metav1.IsControlledBy(&cur, run) && err == nil && req.Run.Name == child {
 		return false, nil
 	}
-	if err := s.r.Delete(ctx, &cur, client.Preconditions{UID: &cur.UID},
+	if err := r.Delete(ctx, &cur, client.Preconditions{UID: &cur.UID},
 		client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return false, fmt.Errorf("delete stale follow-up CronJob %s: %w", name, err)
 	}
-	s.wake(s.now.Add(time.Second))
 	return true, nil
 }
 
 // followUpFailed fails a Waiting run whose follow-up the API server refuses:
 // it would never come.
-func (s *step) followUpFailed(msg string) {
-	conditions.False(&s.run.Status.Conditions, s.run.Generation, farmv1.ConditionFollowUpScheduled, farmv1.ReasonFollowUpInvalid, msg)
-	s.finishWith(farmv1.RunFailed, farmv1.ReasonFollowUpInvalid, "the agent ended with WAIT, but "+msg)
+func (r *Reconciler) followUpFailed(ctx context.Context, run *farmv1.AgentRun, now time.Time, msg string) {
+	conditions.False(&run.Status.Conditions, run.Generation, farmv1.ConditionFollowUpScheduled, farmv1.ReasonFollowUpInvalid, msg)
+	r.finishWith(ctx, run, now, farmv1.RunFailed, farmv1.ReasonFollowUpInvalid, "the agent ended with WAIT, but "+msg)
 }
 
 // followedUp finishes a Waiting run whose follow-up exists.
-func (s *step) followedUp(ctx context.Context, child string, byController bool) error {
+func (r *Reconciler) followedUp(ctx context.Context, run *farmv1.AgentRun, now time.Time, child string, byController bool) error {
 	cj := &batchv1.CronJob{}
-	cj.Namespace, cj.Name = s.run.Namespace, followup.WaitCronJobName(s.run.Name)
-	if err := s.r.Delete(ctx, cj, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
+	cj.Namespace, cj.Name = run.Namespace, followup.WaitCronJobName(run.Name)
+	if err := r.Delete(ctx, cj, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete follow-up CronJob %s: %w", cj.Name, err)
 	}
-	st := &s.run.Status
+	st := &run.Status
 	st.FollowUp.Run = child
-	conditions.True(&st.Conditions, s.run.Generation, farmv1.ConditionFollowUpScheduled, farmv1.ReasonFollowUpCreated,
+	conditions.True(&st.Conditions, run.Generation, farmv1.ConditionFollowUpScheduled, farmv1.ReasonFollowUpCreated,
 		"follow-up run "+child+" exists")
-	s.ev.followUpCreated(s.run, child, byController)
-	s.finishWith(farmv1.RunSucceeded, farmv1.ReasonFollowedUp, "the agent ended with WAIT; follow-up run "+child+" carries on")
+	r.ev().followUpCreated(run, child, byController)
+	r.finishWith(ctx, run, now, farmv1.RunSucceeded, farmv1.ReasonFollowedUp, "the agent ended with WAIT; follow-up run "+child+" carries on")
 	return nil
 }
 
@@ -202,34 +203,34 @@ func (s *step) followedUp(ctx context.Context, child string, byController bool) 
 // read from the API server, as `manager followup` may have made it a moment
 // ago (that command, in turn, cancels what it made when it then finds the
 // parent cancelled).
-func (s *step) dropFollowUp(ctx context.Context, cause *stopCause) error {
-	fu := s.run.Status.FollowUp
-	if s.run.Status.Phase != farmv1.RunWaiting || fu == nil || fu.FireTime == nil {
+func (r *Reconciler) dropFollowUp(ctx context.Context, run *farmv1.AgentRun, cause *stopCause) error {
+	fu := run.Status.FollowUp
+	if run.Status.Phase != farmv1.RunWaiting || fu == nil || fu.FireTime == nil {
 		return nil
 	}
 	cj := &batchv1.CronJob{}
-	cj.Namespace, cj.Name = s.run.Namespace, followup.WaitCronJobName(s.run.Name)
-	if err := s.r.Delete(ctx, cj, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
+	cj.Namespace, cj.Name = run.Namespace, followup.WaitCronJobName(run.Name)
+	if err := r.Delete(ctx, cj, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete follow-up CronJob %s: %w", cj.Name, err)
 	}
 	msg := fmt.Sprintf("%s before its follow-up ran; CronJob %s deleted", cause.message, cj.Name)
 	if fu.Run != "" {
 		var child farmv1.AgentRun
-		err := s.r.APIReader.Get(ctx, types.NamespacedName{Namespace: s.run.Namespace, Name: fu.Run}, &child)
+		err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: fu.Run}, &child)
 		switch {
 		case apierrors.IsNotFound(err):
 		case err != nil:
 			return fmt.Errorf("get follow-up run %s: %w", fu.Run, err)
-		case followup.IsChildOf(&child, s.run) && !child.Spec.Cancel && !child.Status.Phase.Finished():
+		case followup.IsChildOf(&child, run) && !child.Spec.Cancel && !child.Status.Phase.Finished():
 			patch := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"cancel":true}}`))
-			if err := s.r.Patch(ctx, &child, patch); err != nil && !apierrors.IsNotFound(err) {
+			if err := r.Patch(ctx, &child, patch); err != nil && !apierrors.IsNotFound(err) {
 				return fmt.Errorf("cancel follow-up run %s: %w", child.Name, err)
 			}
 			msg = fmt.Sprintf("%s as its follow-up was being made; follow-up %s cancelled", cause.message, child.Name)
 		}
 	}
-	if conditions.False(&s.run.Status.Conditions, s.run.Generation, farmv1.ConditionFollowUpScheduled, cause.reason, msg) {
-		s.ev.followUpCancelled(s.run, msg)
+	if conditions.False(&run.Status.Conditions, run.Generation, farmv1.ConditionFollowUpScheduled, cause.reason, msg) {
+		r.ev().followUpCancelled(run, msg)
 	}
 	return nil
 }
@@ -245,87 +246,87 @@ func (s *step) dropFollowUp(ctx context.Context, cause *stopCause) error {
 //
 // A cancelled run's new jobs are not made: the run was told to stop, and a
 // job would act for it later. Its finish_job calls are carried out.
-func (s *step) materialiseJobs(ctx context.Context, rig string, o attempt.Outcome) {
+func (r *Reconciler) materialiseJobs(ctx context.Context, run *farmv1.AgentRun, now time.Time, rig string, o attempt.Outcome) {
 	carried := ""
 	if m := o.Message; o.Class == farmv1.OutcomeWait && m.FollowUp != nil && m.FollowUp.Job != "" {
-		if _, allowed := followup.NextOf(s.run); allowed {
+		if _, allowed := followup.NextOf(run); allowed {
 			carried = m.FollowUp.Job
 		}
 	}
 	for _, job := range o.Message.Jobs {
 		name := followup.AgentJobCronJobName(rig, job.ID)
 		if job.Op == contract.JobCreate && job.ID == carried && job.Kind != contract.JobPeriodic {
-			s.recordJob(farmv1.AgentJobStatus{ID: job.ID, Op: string(job.Op), Schedule: job.Schedule,
-				CronJob: followup.WaitCronJobName(s.run.Name), Message: "carried by this run's WAIT follow-up"})
+			recordJob(run, farmv1.AgentJobStatus{ID: job.ID, Op: string(job.Op), Schedule: job.Schedule,
+				CronJob: followup.WaitCronJobName(run.Name), Message: "carried by this run's WAIT follow-up"})
 			continue
 		}
 		var err error
 		var expires string
 		switch job.Op {
 		case contract.JobCreate:
-			if s.run.Spec.Cancel {
+			if run.Spec.Cancel {
 				err = fmt.Errorf("the run was cancelled (spec.cancel): its new jobs are not scheduled")
 				break
 			}
-			expires, err = s.createAgentJob(ctx, rig, job)
+			expires, err = r.createAgentJob(ctx, run, now, rig, job)
 		case contract.JobFinish:
 			cj := &batchv1.CronJob{}
-			cj.Namespace, cj.Name = s.run.Namespace, name
-			if e := s.r.Delete(ctx, cj); e != nil && !apierrors.IsNotFound(e) {
+			cj.Namespace, cj.Name = run.Namespace, name
+			if e := r.Delete(ctx, cj); e != nil && !apierrors.IsNotFound(e) {
 				err = e
 			}
 		default:
 			err = fmt.Errorf("unknown op %q", job.Op)
 		}
-		s.ev.agentJob(s.run, string(job.Op), job.ID, name, err)
+		r.ev().agentJob(run, string(job.Op), job.ID, name, err)
 		st := farmv1.AgentJobStatus{ID: job.ID, CronJob: name, Op: string(job.Op), Schedule: job.Schedule}
 		if err != nil {
 			st.CronJob, st.Message = "", err.Error()
 		} else if expires != "" {
 			st.Message = "makes runs until " + expires
 		}
-		s.recordJob(st)
+		recordJob(run, st)
 	}
 }
 
 // createAgentJob creates (or, for a job created again, updates) the CronJob
 // of an agent job, owned by the rig, and returns when it expires.
-func (s *step) createAgentJob(ctx context.Context, rigName string, job contract.Job) (string, error) {
+func (r *Reconciler) createAgentJob(ctx context.Context, run *farmv1.AgentRun, now time.Time, rigName string, job contract.Job) (string, error) {
 	var rig farmv1.DeviceRig
-	if err := s.r.Get(ctx, types.NamespacedName{Namespace: s.run.Namespace, Name: rigName}, &rig); err != nil {
+	if err := r.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: rigName}, &rig); err != nil {
 		if apierrors.IsNotFound(err) {
 			return "", fmt.Errorf("rig %s is gone: the job has no phone to run on", rigName)
 		}
 		return "", fmt.Errorf("get rig %s: %w", rigName, err)
 	}
-	cj, err := followup.AgentJobCronJob(s.run, &rig, job, s.now, s.r.Config.FollowUp)
+	cj, err := followup.AgentJobCronJob(run, &rig, job, now, r.Config.FollowUp)
 	if err != nil {
 		return "", err
 	}
 	expires := cj.Annotations[farmv1.AnnotationExpires]
-	err = s.r.Create(ctx, cj)
+	err = r.Create(ctx, cj)
 	if !apierrors.IsAlreadyExists(err) {
 		return expires, err
 	}
 	var cur batchv1.CronJob
-	if err := s.r.Get(ctx, client.ObjectKeyFromObject(cj), &cur); err != nil {
+	if err := r.Get(ctx, client.ObjectKeyFromObject(cj), &cur); err != nil {
 		return "", err
 	}
 	cur.Spec = cj.Spec
 	cur.Labels, cur.Annotations, cur.OwnerReferences = cj.Labels, cj.Annotations, cj.OwnerReferences
-	return expires, s.r.Update(ctx, &cur)
+	return expires, r.Update(ctx, &cur)
 }
 
-func (s *step) recordJob(j farmv1.AgentJobStatus) {
-	jobs := s.run.Status.Jobs
+func recordJob(run *farmv1.AgentRun, j farmv1.AgentJobStatus) {
+	jobs := run.Status.Jobs
 	for i := range jobs {
 		if jobs[i].ID == j.ID {
 			jobs[i] = j
 			return
 		}
 	}
-	s.run.Status.Jobs = append(jobs, j)
-	if n := len(s.run.Status.Jobs); n > 64 {
-		s.run.Status.Jobs = s.run.Status.Jobs[n-64:]
+	run.Status.Jobs = append(jobs, j)
+	if n := len(run.Status.Jobs); n > 64 {
+		run.Status.Jobs = run.Status.Jobs[n-64:]
 	}
 }

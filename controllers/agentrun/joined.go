@@ -37,7 +37,7 @@ import (
 // session's run (follow), which status.collectedInto or status.steeredInto
 // names.
 
-// collect gathers the collect runs that join the session of s.run before
+// collect gathers the collect runs that join the session of run before
 // its first pod exists, records them in its status.joined, then marks each
 // (status.collectedInto) so it leaves the queue. Joined is written first:
 // a manager that stops between the writes finds the entries and marks the
@@ -46,8 +46,7 @@ import (
 // run alone. An entry whose run cannot join any more (cancelled, deleted)
 // is dropped before the pod is made, so every collected trigger the pod
 // carries belongs to a run that ends with it.
-func (s *step) collect(ctx context.Context) error {
-	run := s.run
+func (r *Reconciler) collect(ctx context.Context, run *farmv1.AgentRun, w world, status *statusWriter) error {
 	if run.Spec.Mode() != farmv1.QueueModeCollect || len(run.Status.Attempts) > 0 {
 		return nil
 	}
@@ -58,7 +57,7 @@ func (s *step) collect(ctx context.Context) error {
 	// The run itself may have been collected into a session that has since
 	// given the rig up, on a cache that does not show it yet.
 	var fresh farmv1.AgentRun
-	if err := s.r.APIReader.Get(ctx, client.ObjectKeyFromObject(run), &fresh); err != nil {
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(run), &fresh); err != nil {
 		return fmt.Errorf("read run before its first attempt: %w", err)
 	}
 	if fresh.Status.CollectedInto != "" {
@@ -67,12 +66,12 @@ func (s *step) collect(ctx context.Context) error {
 	// Gather only while the first pod does not exist (the API server says,
 	// not the cache): a trigger added after the pod was made would never
 	// reach the session.
-	if !s.hasCollected() {
-		exists, err := s.podExists(ctx, attempt.PodName(run.Name, 1, 0))
+	if !hasCollected(run) {
+		exists, err := r.podExists(ctx, run.Namespace, attempt.PodName(run.Name, 1, 0))
 		if err != nil || exists {
 			return err
 		}
-		if err := s.gather(ctx); err != nil {
+		if err := r.gather(ctx, run, w, status); err != nil {
 			return err
 		}
 	}
@@ -83,7 +82,7 @@ func (s *step) collect(ctx context.Context) error {
 			kept = append(kept, j)
 			continue
 		}
-		ok, err := s.markCollected(ctx, j, i)
+		ok, err := r.markCollected(ctx, run, w, j, i)
 		if err != nil {
 			return err
 		}
@@ -94,19 +93,20 @@ func (s *step) collect(ctx context.Context) error {
 	}
 	if len(kept) != len(run.Status.Joined) {
 		run.Status.Joined = kept
-		if err := s.writeStatus(ctx); err != nil {
+		if err := status.write(ctx); err != nil {
 			return err
 		}
 	}
-	if len(names) > 0 && s.before.Phase != farmv1.RunRunning {
-		s.ev.collectedRuns(run, s.heldRig, names)
+	if len(names) > 0 && status.before.Phase != farmv1.RunRunning {
+		r.ev().collectedRuns(run, w.held, names)
+		decided(ctx, run, "collected waiting runs into the session", farmv1.ReasonCollected, "runs", names)
 	}
 	return nil
 }
 
 // hasCollected reports whether the run's joined list holds collected runs.
-func (s *step) hasCollected() bool {
-	for _, j := range s.run.Status.Joined {
+func hasCollected(run *farmv1.AgentRun) bool {
+	for _, j := range run.Status.Joined {
 		if j.Mode == farmv1.QueueModeCollect {
 			return true
 		}
@@ -116,74 +116,74 @@ func (s *step) hasCollected() bool {
 
 // gather appends the collect runs waiting for the held rig by rigRef, with
 // the same model, oldest first, to status.joined, and writes it.
-func (s *step) gather(ctx context.Context) error {
-	waiting, err := s.r.listWaiting(ctx, s.run.Namespace, "rig/"+s.heldRig)
+func (r *Reconciler) gather(ctx context.Context, run *farmv1.AgentRun, w world, status *statusWriter) error {
+	waiting, err := r.listWaiting(ctx, run.Namespace, "rig/"+w.held)
 	if err != nil {
 		return err
 	}
 	sort.Slice(waiting, func(i, k int) bool { return queuedBefore(waiting[i], waiting[k]) })
 	added := false
-	for _, w := range waiting {
-		if w.UID == s.run.UID || w.Spec.Mode() != farmv1.QueueModeCollect || w.Status.CollectedInto != "" ||
-			w.Status.SteeredInto != "" || !equality.Semantic.DeepEqual(w.Spec.Model, s.run.Spec.Model) {
+	for _, wr := range waiting {
+		if wr.UID == run.UID || wr.Spec.Mode() != farmv1.QueueModeCollect || wr.Status.CollectedInto != "" ||
+			wr.Status.SteeredInto != "" || !equality.Semantic.DeepEqual(wr.Spec.Model, run.Spec.Model) {
 			continue
 		}
-		j := farmv1.JoinedRun{Name: w.Name, Mode: farmv1.QueueModeCollect, Trigger: w.Spec.Trigger, Attempt: 1}
-		if !attempt.OpeningFits(s.run, j) {
+		j := farmv1.JoinedRun{Name: wr.Name, Mode: farmv1.QueueModeCollect, Trigger: wr.Spec.Trigger, Attempt: 1}
+		if !attempt.OpeningFits(run, j) {
 			break // the rest wait for a session of their own
 		}
-		s.run.Status.Joined = append(s.run.Status.Joined, j)
+		run.Status.Joined = append(run.Status.Joined, j)
 		added = true
 	}
 	if !added {
 		return nil
 	}
-	return s.writeStatus(ctx)
+	return status.write(ctx)
 }
 
 // markCollected marks the run of entry j (task number i+2 of the session)
-// as collected into s.run, read and written on the API server. It reports
+// as collected into run, read and written on the API server. It reports
 // false when that run can no longer join.
-func (s *step) markCollected(ctx context.Context, j farmv1.JoinedRun, i int) (bool, error) {
+func (r *Reconciler) markCollected(ctx context.Context, run *farmv1.AgentRun, w world, j farmv1.JoinedRun, i int) (bool, error) {
 	var jr farmv1.AgentRun
-	err := s.r.APIReader.Get(ctx, types.NamespacedName{Namespace: s.run.Namespace, Name: j.Name}, &jr)
+	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: j.Name}, &jr)
 	switch {
 	case apierrors.IsNotFound(err):
 		return false, nil
 	case err != nil:
 		return false, fmt.Errorf("get collected run %s: %w", j.Name, err)
-	case jr.Status.CollectedInto == s.run.Name:
+	case jr.Status.CollectedInto == run.Name:
 		return true, nil
 	case !jr.WaitsForRig() || jr.Status.SteeredInto != "":
 		return false, nil
 	}
 	st := &jr.Status
 	gen := jr.Generation
-	st.CollectedInto = s.run.Name
+	st.CollectedInto = run.Name
 	st.Phase = farmv1.RunRunning
-	st.Rig = s.heldRig // where its task runs (kubectl get ar); the Lease is the session's
+	st.Rig = w.held // where its task runs (kubectl get ar); the Lease is the session's
 	if st.QueuedAt == nil {
 		t := jr.CreationTimestamp
 		st.QueuedAt = &t
 	}
-	msg := fmt.Sprintf("collected into run %s's session on rig %s, as task %d; the run ends with that session's outcome", s.run.Name, s.heldRig, i+2)
+	msg := fmt.Sprintf("collected into run %s's session on rig %s, as task %d; the run ends with that session's outcome", run.Name, w.held, i+2)
 	conditions.True(&st.Conditions, gen, farmv1.ConditionJoined, farmv1.ReasonCollected, msg)
 	conditions.False(&st.Conditions, gen, farmv1.ConditionRigLeased, farmv1.ReasonCollected,
-		fmt.Sprintf("run %s holds rig %s for the session this run joined", s.run.Name, s.heldRig))
+		fmt.Sprintf("run %s holds rig %s for the session this run joined", run.Name, w.held))
 	conditions.Unknown(&st.Conditions, gen, farmv1.ConditionSucceeded, farmv1.ReasonCollected, msg)
 	st.ObservedGeneration = gen
 	setFinished(st, gen)
-	if err := s.r.Status().Update(ctx, &jr); err != nil {
+	if err := r.Status().Update(ctx, &jr); err != nil {
 		return false, fmt.Errorf("mark run %s collected: %w", j.Name, err)
 	}
-	s.r.notes.wrote(&jr, s.now)
-	s.ev.collected(&jr, s.run.Name, s.heldRig, i+2)
+	r.notes.wrote(&jr, w.now)
+	r.ev().collected(&jr, run.Name, w.held, i+2)
 	return true, nil
 }
 
-func (s *step) podExists(ctx context.Context, name string) (bool, error) {
+func (r *Reconciler) podExists(ctx context.Context, namespace, name string) (bool, error) {
 	var pod corev1.Pod
-	err := s.r.APIReader.Get(ctx, types.NamespacedName{Namespace: s.run.Namespace, Name: name}, &pod)
+	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &pod)
 	if apierrors.IsNotFound(err) {
 		return false, nil
 	}
@@ -210,53 +210,63 @@ func joinedTo(run *farmv1.AgentRun) (string, farmv1.QueueMode) {
 // run whose message the session's loop never read goes back to the queue
 // instead. A joined run holds no rig: one it holds (taken on a cache that
 // did not show it joined yet) goes back at once.
-func (s *step) follow(ctx context.Context) error {
-	if s.heldRig != "" {
-		if len(s.live) > 0 {
-			return s.stopLive(ctx, "the run's trigger joined another run's session")
+func (r *Reconciler) follow(ctx context.Context, run *farmv1.AgentRun, w world, live []*corev1.Pod) (decision, error) {
+	var wake time.Time
+	if w.held != "" {
+		if len(live) > 0 {
+			return decision{}, r.stopLive(ctx, run, live, "the run's trigger joined another run's session")
 		}
-		if err := s.releaseRig(ctx); err != nil {
-			return err
+		released, err := r.releaseRig(ctx, run, w)
+		if err != nil {
+			return decision{}, err
 		}
+		wake = retryRelease(w, released)
 	}
-	name, mode := joinedTo(s.run)
+	d, err := r.followSession(ctx, run, w)
+	d.wake = earliest(d.wake, wake)
+	return d, err
+}
+
+// followSession reads the session's run that run joined and moves run with
+// it (follow).
+func (r *Reconciler) followSession(ctx context.Context, run *farmv1.AgentRun, w world) (decision, error) {
+	name, mode := joinedTo(run)
 	var h farmv1.AgentRun
-	err := s.r.Get(ctx, types.NamespacedName{Namespace: s.run.Namespace, Name: name}, &h)
+	err := r.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: name}, &h)
 	if apierrors.IsNotFound(err) {
 		if mode == farmv1.QueueModeSteer {
-			s.unsteer(name, "was deleted")
-			return nil
+			r.unsteer(ctx, run, w.now, name, "was deleted")
+			return decision{}, nil
 		}
-		s.finishWith(farmv1.RunFailed, farmv1.ReasonCollected, fmt.Sprintf("run %s, whose session this run joined, was deleted before it ended", name))
-		return nil
+		r.finishWith(ctx, run, w.now, farmv1.RunFailed, farmv1.ReasonCollected, fmt.Sprintf("run %s, whose session this run joined, was deleted before it ended", name))
+		return decision{}, nil
 	}
 	if err != nil {
-		return fmt.Errorf("get session run %s: %w", name, err)
+		return decision{}, fmt.Errorf("get session run %s: %w", name, err)
 	}
-	idx := joinedIndex(&h, s.run.Name, mode)
+	idx := joinedIndex(&h, run.Name, mode)
 	ended := h.Status.Phase.Finished() || h.Status.Phase == farmv1.RunWaiting
 	switch {
 	case idx < 0 && mode == farmv1.QueueModeSteer && !ended:
-		return s.appendSteer(ctx, &h) // the join was cut between its two writes
+		return decision{}, r.appendSteer(ctx, run, w.now, &h) // the join was cut between its two writes
 	case idx < 0 && mode == farmv1.QueueModeSteer:
-		s.unsteer(name, "ended before this run's message reached it")
-		return nil
+		r.unsteer(ctx, run, w.now, name, "ended before this run's message reached it")
+		return decision{}, nil
 	case idx < 0:
-		s.wake(s.now.Add(time.Second)) // the cache does not show the session's joined list yet
-		return nil
+		return wakeAt(w.now.Add(time.Second)), nil // the cache does not show the session's joined list yet
 	case !ended:
-		return nil
+		return decision{}, nil
 	case mode == farmv1.QueueModeSteer && !delivered(&h, idx):
-		s.unsteer(name, "ended before its loop read this run's message")
-		return nil
+		r.unsteer(ctx, run, w.now, name, "ended before its loop read this run's message")
+		return decision{}, nil
 	}
-	s.takeOutcome(&h)
-	return nil
+	r.takeOutcome(ctx, run, w.now, &h)
+	return decision{}, nil
 }
 
 // takeOutcome gives the run the ended session's phase, sentinel and recap.
-func (s *step) takeOutcome(h *farmv1.AgentRun) {
-	st := &s.run.Status
+func (r *Reconciler) takeOutcome(ctx context.Context, run *farmv1.AgentRun, now time.Time, h *farmv1.AgentRun) {
+	st := &run.Status
 	if st.Phase == h.Status.Phase {
 		return
 	}
@@ -268,12 +278,11 @@ func (s *step) takeOutcome(h *farmv1.AgentRun) {
 	msg := fmt.Sprintf("the session of run %s, which this run joined, ended %s%s", h.Name, h.Status.Phase, how)
 	if h.Status.Phase == farmv1.RunWaiting {
 		st.Phase = farmv1.RunWaiting
-		conditions.True(&st.Conditions, s.run.Generation, farmv1.ConditionSucceeded, farmv1.ReasonWaiting, msg)
-		s.countFinished(farmv1.RunWaiting)
-		s.ev.phase(s.run, farmv1.RunWaiting, farmv1.ReasonWaiting, msg)
+		conditions.True(&st.Conditions, run.Generation, farmv1.ConditionSucceeded, farmv1.ReasonWaiting, msg)
+		r.ev().phase(run, farmv1.RunWaiting, farmv1.ReasonWaiting, msg)
 		return
 	}
-	s.finishWith(h.Status.Phase, reason, msg)
+	r.finishWith(ctx, run, now, h.Status.Phase, reason, msg)
 }
 
 // joinedIndex is the place of name among h's joined runs of mode: among

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/internal/admission"
 )
 
@@ -19,14 +20,14 @@ import (
 // Only the Secret's metadata is read, around the cache (the manager keeps no
 // Secrets). A Secret that does not exist yet is left to the kubelet, which
 // reports it within --pod-startup-timeout as for any missing Secret.
-func (s *step) modelKeyRefused(ctx context.Context) (string, error) {
-	ref := s.run.Spec.Model.APIKeySecretRef
+func (r *Reconciler) modelKeyRefused(ctx context.Context, run *farmv1.AgentRun) (string, error) {
+	ref := run.Spec.Model.APIKeySecretRef
 	if ref == nil {
 		return "", nil
 	}
 	meta := &metav1.PartialObjectMetadata{}
 	meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
-	err := s.r.APIReader.Get(ctx, client.ObjectKey{Namespace: s.run.Namespace, Name: ref.Name}, meta)
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: ref.Name}, meta)
 	switch {
 	case apierrors.IsNotFound(err):
 		return "", nil

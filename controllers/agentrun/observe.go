@@ -12,36 +12,93 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/internal/lease"
 )
 
-// observe reads the world the run lives in: its attempt pods (from the
-// cache's index on the run label), the Lease it holds, and that rig.
-func (s *step) observe(ctx context.Context) error {
-	pods, err := s.r.podsOf(ctx, s.run)
-	if err != nil {
-		return err
+// world is what a reconcile read of the run's surroundings. The
+// sub-reconcilers read it and never change it; Reconcile alone makes a new
+// one when a decision changes what the run holds (a rig given back, taken).
+type world struct {
+	now time.Time
+	// pods are the run's attempt pods, oldest first.
+	pods []*corev1.Pod
+	// nodes says, per pod name, what the node of each pod that still has
+	// its outcome finalizer can say for it (nodeOf).
+	nodes map[string]nodeView
+	// unreachable says, when set, that a live pod's node has not reported
+	// for longer than Config.NodeLostGrace.
+	unreachable string
+	// held is the rig whose Lease the run holds ("" for none); rig is that
+	// DeviceRig, nil when it was deleted.
+	held string
+	rig  *farmv1.DeviceRig
+	// stop says why the run must stop now, or nil (stopReason).
+	stop *stopCause
+}
+
+// nodeView is what a pod's node can say for it (nodeOf).
+type nodeView struct{ gone, unreachable bool }
+
+// afterRelease is the world once releaseRig has been asked to give the rig
+// back: without the rig if it went.
+func (w world) afterRelease(released bool) world {
+	if released {
+		w.held, w.rig = "", nil
 	}
-	s.pods = pods
-	sort.Slice(s.pods, func(i, j int) bool { return s.pods[i].CreationTimestamp.Before(&s.pods[j].CreationTimestamp) })
-	held, err := lease.HeldBy(ctx, s.r.Client, lease.HolderOf(s.run))
+	return w
+}
+
+// holding is the world once the run holds rig.
+func (w world) holding(rig *farmv1.DeviceRig) world {
+	w.held, w.rig = rig.Name, rig
+	return w
+}
+
+// observe reads the world the run lives in: its attempt pods (from the
+// cache's index on the run label) and their nodes, the Lease it holds, and
+// that rig. It also returns when the world is next worth reading again on
+// its own (a node's grace, the run's deadline).
+func (r *Reconciler) observe(ctx context.Context, run *farmv1.AgentRun, now time.Time) (world, time.Time, error) {
+	w := world{now: now, nodes: map[string]nodeView{}}
+	var deadline time.Time
+	w.stop, deadline = stopReason(run, now)
+	pods, err := r.podsOf(ctx, run)
 	if err != nil {
-		return err
+		return w, deadline, err
+	}
+	sort.Slice(pods, func(i, j int) bool { return pods[i].CreationTimestamp.Before(&pods[j].CreationTimestamp) })
+	w.pods = pods
+	wake := deadline
+	for _, pod := range pods {
+		if !controllerutil.ContainsFinalizer(pod, farmv1.FinalizerOutcome) {
+			continue
+		}
+		v, unreachable, graceEnds := r.nodeOf(ctx, pod, now)
+		w.nodes[pod.Name] = v
+		if unreachable != "" {
+			w.unreachable = unreachable
+		}
+		wake = earliest(wake, graceEnds)
+	}
+	held, err := lease.HeldBy(ctx, r.Client, lease.HolderOf(run))
+	if err != nil {
+		return w, wake, err
 	}
 	if len(held) > 0 {
-		s.heldRig = held[0]
+		w.held = held[0]
 		var rig farmv1.DeviceRig
-		err := s.r.Get(ctx, types.NamespacedName{Namespace: s.run.Namespace, Name: s.heldRig}, &rig)
+		err := r.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: w.held}, &rig)
 		switch {
 		case err == nil:
-			s.rig = &rig
+			w.rig = &rig
 		case !apierrors.IsNotFound(err):
-			return fmt.Errorf("get rig %s: %w", s.heldRig, err)
+			return w, wake, fmt.Errorf("get rig %s: %w", w.held, err)
 		}
 	}
-	return nil
+	return w, wake, nil
 }
 
 // podsOf lists the run's attempt pods from the cache (through the run
@@ -62,8 +119,8 @@ func (r *Reconciler) podsOf(ctx context.Context, run *farmv1.AgentRun) ([]*corev
 
 // startedAt is when the run's first pod was created: as this manager noted
 // it, or (after a restart) the pod's creation time.
-func (s *step) startedAt(first *corev1.Pod) time.Time {
-	if t := s.r.notes.podCreatedAt(client.ObjectKeyFromObject(s.run)); !t.IsZero() {
+func (r *Reconciler) startedAt(run *farmv1.AgentRun, first *corev1.Pod) time.Time {
+	if t := r.notes.podCreatedAt(client.ObjectKeyFromObject(run)); !t.IsZero() {
 		return t
 	}
 	return first.CreationTimestamp.Time
@@ -74,31 +131,35 @@ func (s *step) startedAt(first *corev1.Pod) time.Time {
 // node.kubernetes.io/out-of-service taint); unreachable is true while the
 // node is not Ready, so its kubelet cannot report what the pod does. A pod
 // on an unreachable node counts as alive: the phone is on that node, and
-// nothing else could use it anyway.
-func (s *step) nodeOf(ctx context.Context, pod *corev1.Pod) (gone, unreachable bool) {
+// nothing else could use it anyway. Past Config.NodeLostGrace, lost says so
+// for the run's status; before it, graceEnds is when it will.
+func (r *Reconciler) nodeOf(ctx context.Context, pod *corev1.Pod, now time.Time) (v nodeView, lost string, graceEnds time.Time) {
 	if pod.Spec.NodeName == "" || terminal(pod) {
-		return false, false
+		return v, "", graceEnds
 	}
 	var node corev1.Node
-	if err := s.r.Get(ctx, types.NamespacedName{Name: pod.Spec.NodeName}, &node); err != nil {
-		return apierrors.IsNotFound(err), false
+	if err := r.Get(ctx, types.NamespacedName{Name: pod.Spec.NodeName}, &node); err != nil {
+		v.gone = apierrors.IsNotFound(err) // another error (the cache cannot fail otherwise) says nothing of the node
+		return v, "", graceEnds
 	}
 	for _, t := range node.Spec.Taints {
 		if t.Key == corev1.TaintNodeOutOfService {
-			return true, false
+			v.gone = true
+			return v, "", graceEnds
 		}
 	}
 	for _, c := range node.Status.Conditions {
 		if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
-			if since := c.LastTransitionTime.Time; s.now.Sub(since) >= s.r.Config.NodeLostGrace {
-				s.unreachable = fmt.Sprintf("node %s has not reported since %s", node.Name, since.UTC().Format(time.RFC3339))
+			v.unreachable = true
+			if since := c.LastTransitionTime.Time; now.Sub(since) >= r.Config.NodeLostGrace {
+				lost = fmt.Sprintf("node %s has not reported since %s", node.Name, since.UTC().Format(time.RFC3339))
 			} else {
-				s.wake(since.Add(s.r.Config.NodeLostGrace))
+				graceEnds = since.Add(r.Config.NodeLostGrace)
 			}
-			return false, true
+			return v, lost, graceEnds
 		}
 	}
-	return false, false
+	return v, "", graceEnds
 }
 
 // terminal reports whether the pod's containers have all ended for good.

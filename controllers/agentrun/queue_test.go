@@ -146,8 +146,7 @@ func TestMarkQueued(t *testing.T) {
 	} {
 		run := &farmv1.AgentRun{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(created)},
 			Status: farmv1.AgentRunStatus{Phase: tc.phase, QueuedAt: tc.had}}
-		s := &step{run: run, now: now}
-		s.markQueued()
+		markQueued(run, now)
 		if got := run.Status.QueuedAt; got == nil || !got.Time.Equal(tc.want) {
 			t.Errorf("phase %s, queuedAt %v: marked %v, want %v", tc.phase, tc.had, got, tc.want)
 		}

@@ -28,128 +28,119 @@ type ending struct {
 	justRecorded bool
 }
 
-// recordEnded records the outcome of every attempt pod that ended. The status
-// is written before any finalizer is removed, so a restarted manager finds
-// either an unrecorded pod (and records it) or a recorded one (and only lets it go).
-func (s *step) recordEnded(ctx context.Context) error {
-	var done []ending
-	recorded := false
-	for _, pod := range s.pods {
+// recorded is what recording the ended attempts found: the live pods, the
+// recorded pods that may now go, whether this reconcile recorded an outcome
+// (the status then holds it, unwritten), and when to look again.
+type recorded struct {
+	live    []*corev1.Pod // pods whose loop may still be running
+	endings []ending
+	any     bool
+	wake    time.Time
+}
+
+// recordEnded records, in the run's status, the outcome of every attempt
+// pod that ended; Reconcile writes it, then lets the pods go (letGoAll).
+func (r *Reconciler) recordEnded(ctx context.Context, run *farmv1.AgentRun, w world) (recorded, error) {
+	var res recorded
+	for _, pod := range w.pods {
 		if !controllerutil.ContainsFinalizer(pod, farmv1.FinalizerOutcome) {
 			if !terminal(pod) {
-				s.live = append(s.live, pod)
+				res.live = append(res.live, pod)
 			}
 			continue
 		}
-		gone, unreachable := s.nodeOf(ctx, pod)
+		node := w.nodes[pod.Name]
 		o, ended := attempt.Classify(pod, attempt.World{
-			Now: s.now, NodeGone: gone, NodeUnreachable: unreachable, Cancelling: s.stopReason() != nil,
-			StartupTimeout: s.r.Config.StartupTimeout, ConfigErrorGrace: s.r.Config.configErrorGrace(),
+			Now: w.now, NodeGone: node.gone, NodeUnreachable: node.unreachable, Cancelling: w.stop != nil,
+			StartupTimeout: r.Config.StartupTimeout, ConfigErrorGrace: r.Config.configErrorGrace(),
 		})
-		if attempt.Recorded(&s.run.Status, pod.Name) {
-			if !s.r.notes.stillLettingGo(client.ObjectKeyFromObject(s.run), pod) {
-				done = append(done, ending{pod, o.Evict, gone, false})
+		if attempt.Recorded(&run.Status, pod.Name) {
+			if !r.notes.stillLettingGo(client.ObjectKeyFromObject(run), pod) {
+				res.endings = append(res.endings, ending{pod, o.Evict, node.gone, false})
 			}
 			continue
 		}
 		if !ended {
-			s.live = append(s.live, pod)
+			res.live = append(res.live, pod)
 			if pod.Status.Phase == corev1.PodPending {
-				s.wake(pod.CreationTimestamp.Add(s.r.Config.StartupTimeout + time.Second))
-			}
-			if !gone && !unreachable && !s.run.Status.Phase.Finished() && s.stopReason() == nil {
-				if err := s.watchStall(ctx, pod); err != nil {
-					return err
-				}
+				res.wake = earliest(res.wake, pod.CreationTimestamp.Add(r.Config.StartupTimeout+time.Second))
 			}
 			continue
 		}
-		s.record(ctx, pod, o)
-		done = append(done, ending{pod, o.Evict, gone, true})
-		recorded = true
+		r.record(ctx, run, w, pod, o)
+		res.endings = append(res.endings, ending{pod, o.Evict, node.gone, true})
+		res.any = true
 	}
-	s.noteApproval()
-	if recorded {
-		// A run that no longer needs its rig gives it back in the same write
-		// that records the outcome: the pod has terminated, the record is the
-		// durable memory, and a restart in between only repeats a no-op.
-		if p := s.run.Status.Phase; (p.Finished() || p == farmv1.RunWaiting) && len(s.live) == 0 {
-			if err := s.releaseRig(ctx); err != nil {
-				return err
-			}
-		}
-		if err := s.writeStatus(ctx); err != nil {
-			return err
-		}
-	}
-	for _, e := range done {
+	return res, nil
+}
+
+// letGoAll lets the recorded pods go (letGo), once their outcome is written.
+// The finalizer of a pod that ended by itself is bookkeeping: the reconcile
+// that the status write brings back removes it, after the urgent work
+// (urgency.go), and letGoAll returns when to look again for it. The pod is
+// recorded; a restart in between only lets it go then.
+func (r *Reconciler) letGoAll(ctx context.Context, run *farmv1.AgentRun, now time.Time, endings []ending) (time.Time, error) {
+	var wake time.Time
+	for _, e := range endings {
 		if e.justRecorded && !e.evict && terminal(e.pod) {
-			// The finalizer of a pod that ended by itself is bookkeeping:
-			// the reconcile that the status write brings back removes it,
-			// after the urgent work (urgency.go). The pod is recorded; a
-			// restart in between only lets it go then.
-			s.wake(s.now.Add(2 * time.Second))
+			wake = now.Add(2 * time.Second)
 			continue
 		}
-		if err := s.letGo(ctx, e); err != nil {
-			return err
+		if err := r.letGo(ctx, run, e); err != nil {
+			return wake, err
 		}
 	}
-	return nil
+	return wake, nil
 }
 
 // record appends one ended attempt to the status and moves the run on by its
 // verdict (attempt.Apply holds the sentinel table).
-func (s *step) record(ctx context.Context, pod *corev1.Pod, o attempt.Outcome) {
+func (r *Reconciler) record(ctx context.Context, run *farmv1.AgentRun, w world, pod *corev1.Pod, o attempt.Outcome) {
 	n, retry := podAttempt(pod)
-	rec := attempt.Record(pod, n, retry, o, s.now)
-	cost := s.priceAttempt(ctx, &rec)
+	rec := attempt.Record(pod, n, retry, o, w.now)
+	r.priceAttempt(ctx, run, &rec)
 	if o.Mismatch {
-		s.ev.mismatch(s.run, pod, o.Explanation)
+		r.ev().mismatch(run, pod, o.Explanation)
 	}
 	if o.Message != nil && len(o.Message.Jobs) > 0 {
-		s.materialiseJobs(ctx, pod.Labels[farmv1.LabelRig], o)
+		r.materialiseJobs(ctx, run, w.now, pod.Labels[farmv1.LabelRig], o)
 	}
 	if m := o.Message; m != nil && m.Steered > 0 {
 		// The loop's count of steer messages, which its last progress patch
 		// may not have carried: steer runs end with the session by it.
-		if s.run.Status.Progress == nil {
-			s.run.Status.Progress = &farmv1.RunProgress{}
+		if run.Status.Progress == nil {
+			run.Status.Progress = &farmv1.RunProgress{}
 		}
-		s.run.Status.Progress.Steered = max(s.run.Status.Progress.Steered, int32(m.Steered))
+		run.Status.Progress.Steered = max(run.Status.Progress.Steered, int32(m.Steered))
 	}
-	v := attempt.Apply(s.run, rec, o)
-	if c := s.stopReason(); o.Class == farmv1.OutcomeCancelled && c != nil && c.phase != farmv1.RunCancelled {
+	v := attempt.Apply(run, rec, o)
+	if c := w.stop; o.Class == farmv1.OutcomeCancelled && c != nil && c.phase != farmv1.RunCancelled {
 		// The attempt was stopped for the run's deadline, not by spec.cancel:
 		// the run fails as the stop says (DeadlineExceeded), not Cancelled.
 		v = attempt.Verdict{Phase: c.phase, Reason: c.reason, Message: c.message}
 	}
+	decided(ctx, run, "attempt ended", rec.Outcome, "pod", pod.Name, "phase", v.Phase)
 	if !v.Phase.Finished() {
-		s.ev.attemptEnded(s.run, pod, rec) // a final phase's own event says how the run ended
+		r.ev().attemptEnded(run, pod, rec) // a final phase's own event says how the run ended
 	}
-	s.enter(v, o)
-	if s.run.Status.Phase == farmv1.RunRetrying && o.Counted {
-		t := metav1.NewTime(s.now.Add(attempt.Backoff(rec.Attempt, s.r.Config.attemptBackoff())))
-		s.run.Status.NextAttemptTime = &t
+	r.enter(ctx, run, w.now, v, o)
+	if run.Status.Phase == farmv1.RunRetrying && o.Counted {
+		t := metav1.NewTime(w.now.Add(attempt.Backoff(rec.Attempt, r.Config.attemptBackoff())))
+		run.Status.NextAttemptTime = &t
 	}
-	run := s.run
-	s.written = append(s.written, func() {
-		attemptsEnded.WithLabelValues(rec.Outcome).Inc()
-		countUsage(run, rec.Usage, cost)
-	})
 }
 
 // letGo lets a recorded pod go: the finalizer is removed, and a pod that will
 // not end by itself (never started, a node gone) is deleted. The deletion is
 // graceful — the node's kubelet confirms it, and the rig stays held until
 // then — except on a node that is gone, where no kubelet ever will.
-func (s *step) letGo(ctx context.Context, e ending) error {
+func (r *Reconciler) letGo(ctx context.Context, run *farmv1.AgentRun, e ending) error {
 	pod := e.pod
 	patch := client.MergeFrom(pod.DeepCopy())
 	controllerutil.RemoveFinalizer(pod, farmv1.FinalizerOutcome)
-	switch err := s.r.Patch(ctx, pod, patch); {
+	switch err := r.Patch(ctx, pod, patch); {
 	case err == nil:
-		s.r.notes.letGo(client.ObjectKeyFromObject(s.run), pod)
+		r.notes.letGo(client.ObjectKeyFromObject(run), pod)
 	case !apierrors.IsNotFound(err):
 		return fmt.Errorf("remove finalizer of pod %s: %w", pod.Name, err)
 	}
@@ -158,7 +149,7 @@ func (s *step) letGo(ctx context.Context, e ending) error {
 		if e.nodeGone {
 			opts = append(opts, client.GracePeriodSeconds(0))
 		}
-		if err := s.r.Delete(ctx, pod, opts...); err != nil && !apierrors.IsNotFound(err) {
+		if err := r.Delete(ctx, pod, opts...); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("delete pod %s: %w", pod.Name, err)
 		}
 	}
@@ -166,50 +157,42 @@ func (s *step) letGo(ctx context.Context, e ending) error {
 }
 
 // enter moves the run to the verdict's phase. A final phase never changes.
-func (s *step) enter(v attempt.Verdict, o attempt.Outcome) {
-	st := &s.run.Status
+func (r *Reconciler) enter(ctx context.Context, run *farmv1.AgentRun, now time.Time, v attempt.Verdict, o attempt.Outcome) {
+	st := &run.Status
 	if st.Phase.Finished() {
 		return
 	}
-	gen := s.run.Generation
+	gen := run.Generation
 	switch v.Phase {
 	case farmv1.RunSucceeded, farmv1.RunFailed, farmv1.RunCancelled:
-		s.finishWith(v.Phase, v.Reason, v.Message)
+		r.finishWith(ctx, run, now, v.Phase, v.Reason, v.Message)
 	case farmv1.RunWaiting:
 		st.Phase = farmv1.RunWaiting
 		conditions.True(&st.Conditions, gen, farmv1.ConditionSucceeded, farmv1.ReasonWaiting, v.Message)
-		s.planFollowUp(o)
-		s.countFinished(farmv1.RunWaiting)
-		s.ev.phase(s.run, farmv1.RunWaiting, farmv1.ReasonWaiting, v.Message)
+		planFollowUp(run, now, o)
+		r.ev().phase(run, farmv1.RunWaiting, farmv1.ReasonWaiting, v.Message)
 	case farmv1.RunRetrying:
 		st.Phase = farmv1.RunRetrying
 		conditions.Unknown(&st.Conditions, gen, farmv1.ConditionSucceeded, farmv1.ReasonRetrying, v.Message)
-		s.ev.phase(s.run, farmv1.RunRetrying, farmv1.ReasonRetrying, v.Message)
+		r.ev().phase(run, farmv1.RunRetrying, farmv1.ReasonRetrying, v.Message)
 	}
 }
 
 // finishWith ends the run in a final phase, with the Succeeded condition's
-// reason and message, its completion time, a metric and an Event.
-func (s *step) finishWith(phase farmv1.RunPhase, reason, message string) {
-	st := &s.run.Status
+// reason and message, its completion time and an Event. The finished-run
+// counter moves once the status that says so is written (status.go).
+func (r *Reconciler) finishWith(ctx context.Context, run *farmv1.AgentRun, now time.Time, phase farmv1.RunPhase, reason, message string) {
+	st := &run.Status
 	st.Phase = phase
 	status := metav1.ConditionFalse
 	if phase == farmv1.RunSucceeded {
 		status = metav1.ConditionTrue
 	}
-	conditions.Set(&st.Conditions, s.run.Generation, farmv1.ConditionSucceeded, status, reason, message)
+	conditions.Set(&st.Conditions, run.Generation, farmv1.ConditionSucceeded, status, reason, message)
 	if st.CompletionTime == nil {
-		t := metav1.NewTime(s.now)
+		t := metav1.NewTime(now)
 		st.CompletionTime = &t
 	}
-	s.countFinished(phase)
-	s.ev.phase(s.run, phase, reason, message)
-}
-
-// countFinished counts the run's end once the status that says so is
-// written: a write that fails (a conflict) is retried by a reconcile that
-// decides again, and must not count the run twice.
-func (s *step) countFinished(phase farmv1.RunPhase) {
-	sentinel := s.run.Status.Sentinel
-	s.written = append(s.written, func() { runsFinished.WithLabelValues(string(phase), sentinel).Inc() })
+	decided(ctx, run, "run finished", reason, "phase", phase)
+	r.ev().phase(run, phase, reason, message)
 }

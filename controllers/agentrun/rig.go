@@ -32,96 +32,108 @@ const (
 	steeredIn
 )
 
+// acquired is what acquire got the run: a claim, the rig it took (took
+// only), and when to look again.
+type acquired struct {
+	claim claim
+	rig   *farmv1.DeviceRig
+	wake  time.Time
+}
+
 // acquire queues the run for a rig, FIFO per rig, and takes the first free
 // one it heads the queue of.
-func (s *step) acquire(ctx context.Context) (claim, error) {
-	st := &s.run.Status
-	gen := s.run.Generation
-	s.markQueued()
-	if t := s.run.Spec.Limits.QueueTimeout(); t > 0 {
+func (r *Reconciler) acquire(ctx context.Context, run *farmv1.AgentRun, w world, status *statusWriter) (acquired, error) {
+	st := &run.Status
+	gen := run.Generation
+	res := acquired{claim: queued}
+	markQueued(run, w.now)
+	if t := run.Spec.Limits.QueueTimeout(); t > 0 {
 		deadline := st.QueuedAt.Add(time.Duration(t) * time.Second)
-		if !s.now.Before(deadline) {
-			s.finishWith(farmv1.RunFailed, farmv1.ReasonQueueTimeout,
+		if !w.now.Before(deadline) {
+			r.finishWith(ctx, run, w.now, farmv1.RunFailed, farmv1.ReasonQueueTimeout,
 				fmt.Sprintf("no rig became free within limits.queueTimeoutSeconds (%ds)", t))
-			return queued, nil
+			return res, nil
 		}
-		s.wake(deadline)
+		res.wake = deadline
 	}
-	if joined, err := s.steer(ctx); err != nil || joined {
-		return steeredIn, err
+	if joined, err := r.steer(ctx, run, w, status); err != nil || joined {
+		res.claim = steeredIn
+		return res, err
 	}
-	c, err := s.candidates(ctx)
+	c, err := r.candidates(ctx, run)
 	if err != nil {
-		return queued, err
+		return res, err
 	}
 	if c.invalid != "" {
-		s.finishWith(farmv1.RunFailed, farmv1.ReasonInvalidConfig, c.invalid)
-		return queued, nil
+		r.finishWith(ctx, run, w.now, farmv1.RunFailed, farmv1.ReasonInvalidConfig, c.invalid)
+		return res, nil
 	}
 	if len(c.rigs) > 0 {
 		// Any of the run's rigs leads to the part of the queue that decides
 		// which of them it gets: the part holds every rig its selector matches.
-		q, err := s.r.readQueue(ctx, s.run.Namespace, c.rigs[0].Name, "")
+		q, err := r.readQueue(ctx, run.Namespace, c.rigs[0].Name, "")
 		if err != nil {
-			return queued, err
+			return res, err
 		}
 		c.why, c.reason = whyWaiting(c.rigs), farmv1.ReasonRigBusy
 		for _, rig := range c.rigs {
-			if q.given[s.run.Name] != rig.Name {
+			if q.given[run.Name] != rig.Name {
 				continue
 			}
-			res, err := lease.Acquire(ctx, s.r.Client, rig.Name, lease.HolderOf(s.run))
+			lr, err := lease.Acquire(ctx, r.Client, rig.Name, lease.HolderOf(run))
 			if err != nil {
-				return queued, err
+				return res, err
 			}
-			if !res.Acquired {
+			if !lr.Acquired {
 				c.why = fmt.Sprintf("rig %s was just taken by another run", rig.Name)
 				break
 			}
-			s.took(rig)
-			return took, nil
+			r.took(run, w.now, rig)
+			decided(ctx, run, "took a rig", farmv1.ReasonLeased, "took", rig.Name)
+			return acquired{claim: took, rig: rig, wake: res.wake}, nil
 		}
 	}
-	if st.Phase == farmv1.RunPending && c.reason == farmv1.ReasonRigBusy && s.r.notes.deferOnce(client.ObjectKeyFromObject(s.run)) {
+	if st.Phase == farmv1.RunPending && c.reason == farmv1.ReasonRigBusy && r.notes.deferOnce(client.ObjectKeyFromObject(run)) {
 		// A new run that only waits its turn writes its first Queued status
 		// after the more urgent work: when many runs arrive at once, the
 		// ones that can start now are not kept waiting behind the status
 		// writes of the ones that cannot. Under no load this is a millisecond.
-		return queuedLater, nil
+		res.claim = queuedLater
+		return res, nil
 	}
 	if st.Phase != farmv1.RunQueued {
-		s.ev.queued(s.run, c.why) // once per wait: the message stays the same while the queue moves
+		r.ev().queued(run, c.why) // once per wait: the message stays the same while the queue moves
+		decided(ctx, run, "queued", c.reason, "why", c.why)
 	}
 	st.Phase = farmv1.RunQueued
 	conditions.False(&st.Conditions, gen, farmv1.ConditionRigLeased, c.reason, c.why)
 	conditions.Unknown(&st.Conditions, gen, farmv1.ConditionSucceeded, farmv1.ReasonQueued, "waiting for a rig: "+c.why)
-	s.wake(s.now.Add(time.Minute)) // a safety net; Lease and rig events wake the queue first
-	return queued, nil
+	res.wake = earliest(res.wake, w.now.Add(time.Minute)) // a safety net; Lease and rig events wake the queue first
+	return res, nil
 }
 
 // markQueued sets when the run started waiting for a rig, once: a run that
 // was never queued before (Pending) has waited since it was created, even
 // when its first Queued status was held back (see acquire) or it was handed
 // a rig before that status was written.
-func (s *step) markQueued() {
-	st := &s.run.Status
+func markQueued(run *farmv1.AgentRun, now time.Time) {
+	st := &run.Status
 	if st.QueuedAt != nil {
 		return
 	}
-	t := metav1.NewTime(s.now)
-	if st.Phase == farmv1.RunPending && !s.run.CreationTimestamp.IsZero() {
-		t = s.run.CreationTimestamp
+	t := metav1.NewTime(now)
+	if st.Phase == farmv1.RunPending && !run.CreationTimestamp.IsZero() {
+		t = run.CreationTimestamp
 	}
 	st.QueuedAt = &t
 }
 
-// took records that the run now holds rig, taken from the queue or handed
+// took notes that the run now holds rig, taken from the queue or handed
 // over by the run before it (advance then writes the RigLeased condition).
-func (s *step) took(rig *farmv1.DeviceRig) {
-	s.markQueued()
-	s.heldRig, s.rig = rig.Name, rig
-	if s.run.Status.StartTime == nil {
-		s.r.notes.leased(client.ObjectKeyFromObject(s.run), s.now)
+func (r *Reconciler) took(run *farmv1.AgentRun, now time.Time, rig *farmv1.DeviceRig) {
+	markQueued(run, now)
+	if run.Status.StartTime == nil {
+		r.notes.leased(client.ObjectKeyFromObject(run), now)
 	}
 }
 
@@ -170,16 +182,16 @@ func orNone(pool string) string {
 
 // candidates lists the rigs the run may take now: Ready, schedulable,
 // matching; when there are none it says why.
-func (s *step) candidates(ctx context.Context) (rigChoice, error) {
+func (r *Reconciler) candidates(ctx context.Context, run *farmv1.AgentRun) (rigChoice, error) {
 	var all []farmv1.DeviceRig
-	if ref := s.run.Spec.RigRef; ref != nil {
+	if ref := run.Spec.RigRef; ref != nil {
 		var rig farmv1.DeviceRig
-		key := types.NamespacedName{Namespace: s.run.Namespace, Name: ref.Name}
-		err := s.r.Get(ctx, key, &rig)
-		if apierrors.IsNotFound(err) && s.r.sharded() {
+		key := types.NamespacedName{Namespace: run.Namespace, Name: ref.Name}
+		err := r.Get(ctx, key, &rig)
+		if apierrors.IsNotFound(err) && r.sharded() {
 			// Not in this shard's cache: the rig may be another shard's,
 			// which only the API server shows.
-			err = s.r.APIReader.Get(ctx, key, &rig)
+			err = r.APIReader.Get(ctx, key, &rig)
 		}
 		if err != nil {
 			if apierrors.IsNotFound(err) {
@@ -187,16 +199,16 @@ func (s *step) candidates(ctx context.Context) (rigChoice, error) {
 			}
 			return rigChoice{}, fmt.Errorf("get rig %s: %w", ref.Name, err)
 		}
-		if why := s.r.otherPool(s.run, &rig); why != "" {
+		if why := r.otherPool(run, &rig); why != "" {
 			return rigChoice{invalid: why}, nil
 		}
 		all = []farmv1.DeviceRig{rig}
 	} else {
 		var sel map[string]string
-		if s.run.Spec.RigSelector != nil {
-			sel = s.run.Spec.RigSelector.MatchLabels
+		if run.Spec.RigSelector != nil {
+			sel = run.Spec.RigSelector.MatchLabels
 		}
-		list, err := s.r.listRigsMatching(ctx, s.run.Namespace, sel) // a pool's rigs, through an index: not the farm's
+		list, err := r.listRigsMatching(ctx, run.Namespace, sel) // a pool's rigs, through an index: not the farm's
 		if err != nil {
 			return rigChoice{}, err
 		}
@@ -206,7 +218,7 @@ func (s *step) candidates(ctx context.Context) (rigChoice, error) {
 	matching := 0
 	for i := range all {
 		rig := &all[i]
-		if !rigMatches(s.run, rig) {
+		if !rigMatches(run, rig) {
 			continue
 		}
 		matching++
@@ -233,77 +245,96 @@ func (s *step) candidates(ctx context.Context) (rigChoice, error) {
 // releaseRig gives the rig back, only after no pod of the run is alive —
 // checked against the API server, not the cache. The rig goes straight to the
 // run the queue gives it to next, if any: one write instead of a delete and a
-// create, and no gap a third run could use.
-func (s *step) releaseRig(ctx context.Context) error {
-	if s.heldRig == "" {
-		return nil
+// create, and no gap a third run could use. It reports whether the run now
+// holds no rig; while a pod of it is alive it holds on (retryRelease says
+// when to ask again).
+func (r *Reconciler) releaseRig(ctx context.Context, run *farmv1.AgentRun, w world) (bool, error) {
+	if w.held == "" {
+		return true, nil
 	}
 	var pods corev1.PodList
-	if err := s.r.APIReader.List(ctx, &pods, client.InNamespace(s.run.Namespace), client.MatchingLabels{farmv1.LabelRun: s.run.Name}); err != nil {
-		return fmt.Errorf("list attempt pods before releasing rig %s: %w", s.heldRig, err)
+	if err := r.APIReader.List(ctx, &pods, client.InNamespace(run.Namespace), client.MatchingLabels{farmv1.LabelRun: run.Name}); err != nil {
+		return false, fmt.Errorf("list attempt pods before releasing rig %s: %w", w.held, err)
 	}
 	for i := range pods.Items {
 		if !terminal(&pods.Items[i]) {
-			s.wake(s.now.Add(2 * time.Second))
-			return nil
+			return false, nil
 		}
 	}
-	msg := fmt.Sprintf("rig %s released", s.heldRig)
-	next, err := s.r.nextHolder(ctx, s.run.Namespace, s.heldRig)
+	msg := fmt.Sprintf("rig %s released", w.held)
+	next, err := r.nextHolder(ctx, run.Namespace, w.held)
 	if err != nil {
-		return err
+		return false, err
 	}
 	handed := false
-	if next != nil && next.UID != s.run.UID && s.mayHandTo(next) {
-		if handed, err = lease.HandOver(ctx, s.r.Client, s.heldRig, lease.HolderOf(s.run), lease.HolderOf(next)); err != nil {
-			return err
+	if next != nil && next.UID != run.UID && r.mayHandTo(run, w, next) {
+		if handed, err = lease.HandOver(ctx, r.Client, w.held, lease.HolderOf(run), lease.HolderOf(next)); err != nil {
+			return false, err
 		}
 		if handed {
-			msg = fmt.Sprintf("rig %s released to run %s, next in its queue", s.heldRig, next.Name)
+			msg = fmt.Sprintf("rig %s released to run %s, next in its queue", w.held, next.Name)
 		}
 	}
 	if !handed {
-		if err := lease.Release(ctx, s.r.Client, s.heldRig, lease.HolderOf(s.run)); err != nil {
-			return err
+		if err := lease.Release(ctx, r.Client, w.held, lease.HolderOf(run)); err != nil {
+			return false, err
 		}
 	}
-	conditions.False(&s.run.Status.Conditions, s.run.Generation, farmv1.ConditionRigLeased, farmv1.ReasonReleased, msg)
-	if !s.run.Status.Phase.Finished() { // a finished run's final event covers the release
-		s.ev.rigReleased(s.run, s.heldRig)
+	conditions.False(&run.Status.Conditions, run.Generation, farmv1.ConditionRigLeased, farmv1.ReasonReleased, msg)
+	if !run.Status.Phase.Finished() { // a finished run's final event covers the release
+		r.ev().rigReleased(run, w.held)
 	}
-	s.heldRig = ""
-	return nil
+	decided(ctx, run, msg, farmv1.ReasonReleased, "released", w.held)
+	return true, nil
+}
+
+// releaseRetry is how soon a run whose rig could not go back yet (a pod of
+// it still alive) asks again, if no pod event brings it back first.
+const releaseRetry = 2 * time.Second
+
+// retryRelease is when to ask releaseRig again: zero once the rig went.
+func retryRelease(w world, released bool) time.Time {
+	if released {
+		return time.Time{}
+	}
+	return w.now.Add(releaseRetry)
+}
+
+// giveBack gives the rig back (releaseRig), and decides to look again while
+// it cannot.
+func (r *Reconciler) giveBack(ctx context.Context, run *farmv1.AgentRun, w world) (decision, error) {
+	released, err := r.releaseRig(ctx, run, w)
+	return wakeAt(retryRelease(w, released || err != nil)), err
 }
 
 // mayHandTo says whether the held rig may pass straight to next. A sharded
 // manager hands it only to a run of the rig's pool: any other run takes the
 // rig through candidates, which fails a rigRef to another pool's rig.
-func (s *step) mayHandTo(next *farmv1.AgentRun) bool {
-	if !s.r.sharded() {
+func (r *Reconciler) mayHandTo(run *farmv1.AgentRun, w world, next *farmv1.AgentRun) bool {
+	if !r.sharded() {
 		return true
 	}
-	if s.rig != nil && s.rig.Name == s.heldRig {
-		return s.r.otherPool(next, s.rig) == ""
+	if w.rig != nil && w.rig.Name == w.held {
+		return r.otherPool(next, w.rig) == ""
 	}
-	return next.Labels[farmv1.LabelPool] == s.run.Labels[farmv1.LabelPool]
+	return next.Labels[farmv1.LabelPool] == run.Labels[farmv1.LabelPool]
 }
 
 // rigLost handles a held rig whose DeviceRig was deleted: the attempt is
 // stopped (a free retry), the Lease released, and the run queues again.
-func (s *step) rigLost(ctx context.Context) error {
-	if len(s.live) > 0 {
-		return s.stopLive(ctx, "rig "+s.heldRig+" was deleted")
+func (r *Reconciler) rigLost(ctx context.Context, run *farmv1.AgentRun, w world, live []*corev1.Pod) (decision, error) {
+	if len(live) > 0 {
+		return decision{}, r.stopLive(ctx, run, live, "rig "+w.held+" was deleted")
 	}
-	lost := s.heldRig
-	if err := s.releaseRig(ctx); err != nil {
-		return err
+	released, err := r.releaseRig(ctx, run, w)
+	if err != nil || !released {
+		return wakeAt(retryRelease(w, released || err != nil)), err
 	}
-	if s.heldRig == "" {
-		s.run.Status.Phase = farmv1.RunQueued
-		conditions.False(&s.run.Status.Conditions, s.run.Generation, farmv1.ConditionRigLeased, farmv1.ReasonRigLost,
-			fmt.Sprintf("rig %s was deleted while the run held it", lost))
-	}
-	return nil
+	run.Status.Phase = farmv1.RunQueued
+	conditions.False(&run.Status.Conditions, run.Generation, farmv1.ConditionRigLeased, farmv1.ReasonRigLost,
+		fmt.Sprintf("rig %s was deleted while the run held it", w.held))
+	decided(ctx, run, "queued again", farmv1.ReasonRigLost, "lost", w.held)
+	return decision{}, nil
 }
 
 func orUnknown(s string) string {

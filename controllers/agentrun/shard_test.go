@@ -41,12 +41,12 @@ func TestPoolsOfAShardedManager(t *testing.T) {
 	if why := sharded.otherPool(runC, rigC); why != "" {
 		t.Errorf("a run of the rig's own pool: %q", why)
 	}
-	s := &step{r: sharded, run: runC, heldRig: "c-rig", rig: rigC}
-	if s.mayHandTo(runB) || !s.mayHandTo(runC) {
-		t.Errorf("hand c-rig to b-run: %v, to another run of pool c: %v; want false, true", s.mayHandTo(runB), s.mayHandTo(runC))
+	w := world{held: "c-rig", rig: rigC}
+	if sharded.mayHandTo(runC, w, runB) || !sharded.mayHandTo(runC, w, runC) {
+		t.Errorf("hand c-rig to b-run: %v, to another run of pool c: %v; want false, true", sharded.mayHandTo(runC, w, runB), sharded.mayHandTo(runC, w, runC))
 	}
-	s.rig = nil // the rig deleted meanwhile: the holder's pool stands for it
-	if s.mayHandTo(runB) || !s.mayHandTo(runC) {
+	w.rig = nil // the rig deleted meanwhile: the holder's pool stands for it
+	if sharded.mayHandTo(runC, w, runB) || !sharded.mayHandTo(runC, w, runC) {
 		t.Error("without the rig, the holder's pool must decide")
 	}
 
@@ -54,7 +54,7 @@ func TestPoolsOfAShardedManager(t *testing.T) {
 		if why := r.otherPool(runB, rigC); why != "" {
 			t.Errorf("unsharded: %q", why)
 		}
-		if s := (&step{r: r, run: runC, heldRig: "c-rig", rig: rigC}); !s.mayHandTo(runB) {
+		if !r.mayHandTo(runC, world{held: "c-rig", rig: rigC}, runB) {
 			t.Error("unsharded: a rig passes to whichever run is next")
 		}
 	}

@@ -9,46 +9,77 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/internal/attempt"
 	"github.com/clawfarm/clawfarm/internal/conditions"
 )
 
-// writeStatus writes the run's status when this reconcile changed it.
-func (s *step) writeStatus(ctx context.Context) error {
-	s.run.Status.ObservedGeneration = s.run.Generation
-	setFinished(&s.run.Status, s.run.Generation)
-	counts := s.written
-	s.written = nil // counted once, by the write that makes them true
-	if equality.Semantic.DeepEqual(s.before, &s.run.Status) {
+// statusWriter writes one run's status for a reconcile: only when it changed
+// since it was read or last written, and then counts what the write made
+// true. The chapters that must write mid-way, for the order of a protocol
+// (collect, steer), are handed it; the others leave the writing to
+// Reconcile.
+type statusWriter struct {
+	r      *Reconciler
+	run    *farmv1.AgentRun
+	before *farmv1.AgentRunStatus
+}
+
+func (r *Reconciler) statusWriter(run *farmv1.AgentRun) *statusWriter {
+	return &statusWriter{r: r, run: run, before: run.Status.DeepCopy()}
+}
+
+// write writes the run's status when this reconcile changed it.
+func (sw *statusWriter) write(ctx context.Context) error {
+	run := sw.run
+	run.Status.ObservedGeneration = run.Generation
+	setFinished(&run.Status, run.Generation)
+	if equality.Semantic.DeepEqual(sw.before, &run.Status) {
 		return nil
 	}
-	if err := s.r.Status().Update(ctx, s.run); err != nil {
+	if err := sw.r.Status().Update(ctx, run); err != nil {
 		return fmt.Errorf("update status: %w", err)
 	}
-	for _, count := range counts {
-		count()
+	count(sw.before, run)
+	if sw.before.StartTime == nil && run.Status.StartTime != nil {
+		sw.r.observeStarted(run)
 	}
-	if s.before.StartTime == nil && s.run.Status.StartTime != nil {
-		s.observeStart()
-	}
-	s.r.notes.wrote(s.run, s.r.Clock.Now())
-	s.before = s.run.Status.DeepCopy()
+	sw.r.notes.wrote(run, sw.r.Clock.Now())
+	sw.before = run.Status.DeepCopy()
 	return nil
 }
 
-// observeStart observes the queue wait and the time to pod once, when the
+// count moves the attempt, token, cost and finished-run counters by what a
+// written status holds that the one before it did not: a write lost to a
+// conflict counts nothing, and the reconcile that decides again counts it.
+func count(before *farmv1.AgentRunStatus, run *farmv1.AgentRun) {
+	st := &run.Status
+	for i := range st.Attempts {
+		rec := &st.Attempts[i]
+		if attempt.Recorded(before, rec.Pod) {
+			continue
+		}
+		attemptsEnded.WithLabelValues(rec.Outcome).Inc()
+		countUsage(run, rec.Usage)
+	}
+	if p := st.Phase; p != before.Phase && (p.Finished() || p == farmv1.RunWaiting) {
+		runsFinished.WithLabelValues(string(p), st.Sentinel).Inc()
+	}
+}
+
+// observeStarted observes the queue wait and the time to pod once, when the
 // status that first records the start has been written.
-func (s *step) observeStart() {
-	created := s.run.CreationTimestamp.Time
-	started := s.run.Status.StartTime.Time
+func (r *Reconciler) observeStarted(run *farmv1.AgentRun) {
+	created := run.CreationTimestamp.Time
+	started := run.Status.StartTime.Time
 	leased := started
-	leasedAt, podAt := s.r.notes.takeStart(client.ObjectKeyFromObject(s.run))
+	leasedAt, podAt := r.notes.takeStart(client.ObjectKeyFromObject(run))
 	if !podAt.IsZero() {
 		started = podAt
 	}
 	if !leasedAt.IsZero() {
 		leased = leasedAt
 	}
-	observe := s.r.observeStart
+	observe := r.observeStart
 	if observe == nil {
 		observe = func(wait, toPod time.Duration) {
 			queueWait.Observe(wait.Seconds())

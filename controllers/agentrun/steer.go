@@ -3,6 +3,7 @@ package agentrun
 import (
 	"context"
 	"fmt"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,8 +28,7 @@ import (
 // A steer run with a rigSelector, one whose rig has no running session, and
 // one that already went back to the queue once (ReasonSteerUndelivered)
 // queue like queue runs.
-func (s *step) steer(ctx context.Context) (bool, error) {
-	run := s.run
+func (r *Reconciler) steer(ctx context.Context, run *farmv1.AgentRun, w world, status *statusWriter) (bool, error) {
 	ref := run.Spec.RigRef
 	if run.Spec.Mode() != farmv1.QueueModeSteer || ref == nil {
 		return false, nil
@@ -36,7 +36,7 @@ func (s *step) steer(ctx context.Context) (bool, error) {
 	if c := conditions.Get(run.Status.Conditions, farmv1.ConditionJoined); c != nil && c.Reason == farmv1.ReasonSteerUndelivered {
 		return false, nil
 	}
-	l, err := lease.Get(ctx, s.r.Client, run.Namespace, ref.Name)
+	l, err := lease.Get(ctx, r.Client, run.Namespace, ref.Name)
 	if err != nil || l == nil {
 		return false, err
 	}
@@ -45,7 +45,7 @@ func (s *step) steer(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	var h farmv1.AgentRun
-	if err := s.r.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: name}, &h); err != nil {
+	if err := r.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: name}, &h); err != nil {
 		if apierrors.IsNotFound(err) {
 			return false, nil
 		}
@@ -54,7 +54,7 @@ func (s *step) steer(ctx context.Context) (bool, error) {
 	if h.UID != uid || h.Status.Phase != farmv1.RunRunning || h.Spec.Cancel || h.DeletionTimestamp != nil {
 		return false, nil
 	}
-	if live, err := s.r.hasLivePod(ctx, &h); err != nil || !live {
+	if live, err := r.hasLivePod(ctx, &h); err != nil || !live {
 		return false, err
 	}
 	j := farmv1.JoinedRun{Name: run.Name, Mode: farmv1.QueueModeSteer, Trigger: run.Spec.Trigger, Attempt: h.Status.Attempt}
@@ -63,7 +63,7 @@ func (s *step) steer(ctx context.Context) (bool, error) {
 	}
 	st := &run.Status
 	gen := run.Generation
-	s.markQueued()
+	markQueued(run, w.now)
 	st.SteeredInto, st.Phase = h.Name, farmv1.RunRunning
 	st.Rig = ref.Name // where its message goes (kubectl get ar); the Lease is the holder's
 	msg := fmt.Sprintf("steered into run %s's running session on rig %s; its loop reads this run's trigger at its next turn, "+
@@ -72,52 +72,54 @@ func (s *step) steer(ctx context.Context) (bool, error) {
 	conditions.False(&st.Conditions, gen, farmv1.ConditionRigLeased, farmv1.ReasonSteered,
 		fmt.Sprintf("run %s holds rig %s for the session this run joined", h.Name, ref.Name))
 	conditions.Unknown(&st.Conditions, gen, farmv1.ConditionSucceeded, farmv1.ReasonSteered, msg)
-	s.ev.steered(run, h.Name, ref.Name)
-	if err := s.writeStatus(ctx); err != nil {
+	r.ev().steered(run, h.Name, ref.Name)
+	decided(ctx, run, "steered into a running session", farmv1.ReasonSteered, "session", h.Name)
+	if err := status.write(ctx); err != nil {
 		return true, err
 	}
-	return true, s.appendSteer(ctx, &h)
+	return true, r.appendSteer(ctx, run, w.now, &h)
 }
 
-// appendSteer appends s.run to h's status.joined as a steer entry, unless
+// appendSteer appends run to h's status.joined as a steer entry, unless
 // it is there. A conflict is an error: the next reconcile (follow) reads h
 // again and decides again.
-func (s *step) appendSteer(ctx context.Context, h *farmv1.AgentRun) error {
-	if joinedIndex(h, s.run.Name, farmv1.QueueModeSteer) >= 0 {
+func (r *Reconciler) appendSteer(ctx context.Context, run *farmv1.AgentRun, now time.Time, h *farmv1.AgentRun) error {
+	if joinedIndex(h, run.Name, farmv1.QueueModeSteer) >= 0 {
 		return nil
 	}
-	j := farmv1.JoinedRun{Name: s.run.Name, Mode: farmv1.QueueModeSteer, Trigger: s.run.Spec.Trigger, Attempt: h.Status.Attempt}
+	j := farmv1.JoinedRun{Name: run.Name, Mode: farmv1.QueueModeSteer, Trigger: run.Spec.Trigger, Attempt: h.Status.Attempt}
 	if !attempt.OpeningFits(h, j) {
-		s.unsteer(h.Name, "has no room for another run")
+		r.unsteer(ctx, run, now, h.Name, "has no room for another run")
 		return nil
 	}
 	h = h.DeepCopy()
 	h.Status.Joined = append(h.Status.Joined, j)
-	if err := s.r.Status().Update(ctx, h); err != nil {
-		return fmt.Errorf("append steer run %s to run %s: %w", s.run.Name, h.Name, err)
+	if err := r.Status().Update(ctx, h); err != nil {
+		return fmt.Errorf("append steer run %s to run %s: %w", run.Name, h.Name, err)
 	}
-	s.r.notes.wrote(h, s.now)
-	s.ev.steerJoined(h, s.run.Name, joinedIndex(h, s.run.Name, farmv1.QueueModeSteer)+1)
+	r.notes.wrote(h, now)
+	r.ev().steerJoined(h, run.Name, joinedIndex(h, run.Name, farmv1.QueueModeSteer)+1)
 	return nil
 }
 
 // unsteer sends a steer run back to the queue, as a plain run: the session
 // it was steered into (run name) ended — or is gone — before its loop had
 // the run's message.
-func (s *step) unsteer(name, why string) {
-	st := &s.run.Status
-	gen := s.run.Generation
+func (r *Reconciler) unsteer(ctx context.Context, run *farmv1.AgentRun, now time.Time, name, why string) {
+	st := &run.Status
+	gen := run.Generation
 	st.SteeredInto, st.Rig = "", ""
 	st.Phase = farmv1.RunQueued
 	// Back at its place by creation time; limits.queueTimeoutSeconds
 	// counts from now, as for a run that gave a rig back.
-	t := metav1.NewTime(s.now)
+	t := metav1.NewTime(now)
 	st.QueuedAt = &t
 	msg := fmt.Sprintf("run %s's session %s; the run queues again as a plain run", name, why)
 	conditions.False(&st.Conditions, gen, farmv1.ConditionJoined, farmv1.ReasonSteerUndelivered, msg)
 	conditions.False(&st.Conditions, gen, farmv1.ConditionRigLeased, farmv1.ReasonSteerUndelivered, msg)
 	conditions.Unknown(&st.Conditions, gen, farmv1.ConditionSucceeded, farmv1.ReasonQueued, "waiting for a rig: "+msg)
-	s.ev.steerUndelivered(s.run, msg)
+	r.ev().steerUndelivered(run, msg)
+	decided(ctx, run, "queued again", farmv1.ReasonSteerUndelivered, "session", name)
 }
 
 // hasLivePod reports whether run has an attempt pod whose loop may be

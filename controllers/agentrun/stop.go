@@ -25,75 +25,76 @@ type stopCause struct {
 }
 
 // stopReason says why the run must stop now (spec.cancel, the run's
-// deadline), or nil; before the deadline it asks to be woken at it.
-func (s *step) stopReason() *stopCause {
-	run := s.run
+// deadline), or nil; before the deadline it says when that is.
+func stopReason(run *farmv1.AgentRun, now time.Time) (*stopCause, time.Time) {
 	if run.Spec.Cancel {
-		return &stopCause{farmv1.RunCancelled, farmv1.ReasonCancelled, "the run was cancelled (spec.cancel)"}
+		return &stopCause{farmv1.RunCancelled, farmv1.ReasonCancelled, "the run was cancelled (spec.cancel)"}, time.Time{}
 	}
 	if t := run.Spec.Limits.RunTimeoutSeconds; t > 0 {
 		deadline := run.CreationTimestamp.Add(time.Duration(t) * time.Second)
-		if !s.now.Before(deadline) {
+		if !now.Before(deadline) {
 			return &stopCause{farmv1.RunFailed, farmv1.ReasonDeadlineExceeded,
-				fmt.Sprintf("the run exceeded limits.runTimeoutSeconds (%ds)", t)}
+				fmt.Sprintf("the run exceeded limits.runTimeoutSeconds (%ds)", t)}, time.Time{}
 		}
-		s.wake(deadline)
+		return nil, deadline
 	}
-	return nil
+	return nil, time.Time{}
 }
 
-// stop ends the run from outside: live pods are deleted gracefully (the loop
-// gets SIGTERM and its grace period), and once none is left the rig is released.
-func (s *step) stop(ctx context.Context) error {
-	cause := s.stopReason()
-	if err := s.dropFollowUp(ctx, cause); err != nil {
-		return err
+// stop ends the run from outside (w.stop): live pods are deleted gracefully
+// (the loop gets SIGTERM and its grace period), and once none is left the rig
+// is released.
+func (r *Reconciler) stop(ctx context.Context, run *farmv1.AgentRun, w world, live []*corev1.Pod) (decision, error) {
+	cause := w.stop
+	if err := r.dropFollowUp(ctx, run, cause); err != nil {
+		return decision{}, err
 	}
-	if len(s.live) > 0 {
-		return s.stopLive(ctx, cause.message) // the pods' updates bring us back
+	if len(live) > 0 {
+		decided(ctx, run, "stopping the live attempt", cause.reason, "pods", len(live))
+		return decision{}, r.stopLive(ctx, run, live, cause.message) // the pods' updates bring us back
 	}
-	if err := s.releaseRig(ctx); err != nil {
-		return err
+	released, err := r.releaseRig(ctx, run, w)
+	if err != nil || !released {
+		// A pod the cache has not shown yet is still alive.
+		return wakeAt(retryRelease(w, released || err != nil)), err
 	}
-	if s.heldRig != "" {
-		return nil // a pod the cache has not shown yet is still alive; releaseRig set a wake-up
-	}
-	s.finishWith(cause.phase, cause.reason, cause.message)
-	return nil
+	r.finishWith(ctx, run, w.now, cause.phase, cause.reason, cause.message)
+	return decision{}, nil
 }
 
 // finish keeps a finished run tidy: the rig is released once no pod of the run
 // is alive, and the run is deleted after its TTL.
-func (s *step) finish(ctx context.Context) error {
-	if len(s.live) > 0 {
-		return s.stopLive(ctx, "") // a pod of a finished run must not go on
+func (r *Reconciler) finish(ctx context.Context, run *farmv1.AgentRun, w world, live []*corev1.Pod) (decision, error) {
+	if len(live) > 0 {
+		return decision{}, r.stopLive(ctx, run, live, "") // a pod of a finished run must not go on
 	}
-	if err := s.releaseRig(ctx); err != nil {
-		return err
+	released, err := r.releaseRig(ctx, run, w)
+	if err != nil {
+		return decision{}, err
 	}
-	ttl := s.run.Spec.TTLSecondsAfterFinished
-	if ttl == nil || s.run.Status.CompletionTime == nil {
-		return nil
+	wake := retryRelease(w, released)
+	ttl := run.Spec.TTLSecondsAfterFinished
+	if ttl == nil || run.Status.CompletionTime == nil {
+		return wakeAt(wake), nil
 	}
-	at := s.run.Status.CompletionTime.Add(time.Duration(*ttl) * time.Second)
-	if s.now.Before(at) {
-		s.wake(at)
-		return nil
+	at := run.Status.CompletionTime.Add(time.Duration(*ttl) * time.Second)
+	if w.now.Before(at) {
+		return wakeAt(earliest(wake, at)), nil
 	}
-	log.FromContext(ctx).Info("deleting finished run after its TTL", "ttlSecondsAfterFinished", *ttl)
-	if err := s.r.Delete(ctx, s.run, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete run after TTL: %w", err)
+	log.FromContext(ctx).Info("deleting finished run after its TTL", "run", run.Name, "ttlSecondsAfterFinished", *ttl)
+	if err := r.Delete(ctx, run, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
+		return decision{}, fmt.Errorf("delete run after TTL: %w", err)
 	}
-	return nil
+	return wakeAt(wake), nil
 }
 
 // stopLive stops the run's live pods; why, when set, is told in an Event per pod.
-func (s *step) stopLive(ctx context.Context, why string) error {
+func (r *Reconciler) stopLive(ctx context.Context, run *farmv1.AgentRun, live []*corev1.Pod, why string) error {
 	var told func(*corev1.Pod)
 	if why != "" {
-		told = func(pod *corev1.Pod) { s.ev.stopping(s.run, pod.Name, why) }
+		told = func(pod *corev1.Pod) { r.ev().stopping(run, pod.Name, why) }
 	}
-	return s.r.stopPods(ctx, s.live, told)
+	return r.stopPods(ctx, live, told)
 }
 
 // stopPods deletes, gracefully, every pod that has not ended and is not

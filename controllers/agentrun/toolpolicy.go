@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -20,12 +21,12 @@ import (
 // next attempt pod carries them; why says why the run cannot start with
 // them (a rule that does not compile, a set too big for the pod): a farm's
 // policy the loop could not apply must not be skipped.
-func (s *step) toolPolicies(ctx context.Context) (set toolpolicy.Set, why string, err error) {
+func (r *Reconciler) toolPolicies(ctx context.Context, run *farmv1.AgentRun) (set toolpolicy.Set, why string, err error) {
 	var list farmv1.ToolPolicyList
-	if err := s.r.List(ctx, &list, client.InNamespace(s.run.Namespace)); err != nil {
+	if err := r.List(ctx, &list, client.InNamespace(run.Namespace)); err != nil {
 		return set, "", fmt.Errorf("list tool policies: %w", err)
 	}
-	set, err = attempt.ToolPolicySet(s.run, list.Items)
+	set, err = attempt.ToolPolicySet(run, list.Items)
 	if err != nil {
 		return set, "the ToolPolicies that select this run cannot be applied: " + err.Error(), nil
 	}
@@ -36,11 +37,11 @@ func (s *step) toolPolicies(ctx context.Context) (set toolpolicy.Set, why string
 // (status.progress.approval) in the AwaitingApproval condition, with an
 // Event when a request is new; the condition turns False once the loop
 // holds nothing, or the run has no live attempt.
-func (s *step) noteApproval() {
-	st := &s.run.Status
-	gen := s.run.Generation
+func (r *Reconciler) noteApproval(run *farmv1.AgentRun, live []*corev1.Pod) {
+	st := &run.Status
+	gen := run.Generation
 	var a *farmv1.ApprovalRequest
-	if st.Progress != nil && len(s.live) > 0 && !st.Phase.Finished() && st.Phase != farmv1.RunWaiting {
+	if st.Progress != nil && len(live) > 0 && !st.Phase.Finished() && st.Phase != farmv1.RunWaiting {
 		a = st.Progress.Approval
 	}
 	c := conditions.Get(st.Conditions, farmv1.ConditionAwaitingApproval)
@@ -51,11 +52,11 @@ func (s *step) noteApproval() {
 		}
 		return
 	}
-	msg := approvalMessage(s.run, a, s.r.Config.Loop.TraceURL)
+	msg := approvalMessage(run, a, r.Config.Loop.TraceURL)
 	isNew := c == nil || c.Status != metav1.ConditionTrue || !strings.HasPrefix(c.Message, approvalPrefix(a))
 	conditions.True(&st.Conditions, gen, farmv1.ConditionAwaitingApproval, farmv1.ReasonApprovalRequested, msg)
 	if isNew {
-		s.ev.approvalRequested(s.run, msg)
+		r.ev().approvalRequested(run, msg)
 	}
 }
 
