@@ -258,8 +258,8 @@ func (l RunLimits) QueueTimeout() int32 {
 func (f FollowUpPolicy) ChainLimit() int32 { return orDefault(f.MaxChain, DefaultMaxChain) }
 
 // DefaultFollowUpDelayMinutes is the WAIT follow-up's delay when neither the
-// agent nor the run chose one: seed 000's "a generic 15-minute follow-up".
-// The schema's default for defaultDelayMinutes says the same.
+// agent nor the run chose one (docs/engine.md, "Engine tools and the state
+// directory"). The schema's default for defaultDelayMinutes says the same.
 const DefaultFollowUpDelayMinutes int32 = 15
 
 // Delay is DefaultDelayMinutes as a duration, or its default when unset.

@@ -12,7 +12,9 @@ import "fmt"
 // Sentinel is how an agent ends a session.
 type Sentinel string
 
-// The five sentinels (seed 000, end_session).
+// The five sentinels (docs/loop-contract.md, "Exit codes and the termination
+// message"; the agent ends a session with one through end_session,
+// docs/rig-contract.md, "Engine-side tools").
 const (
 	Done  Sentinel = "DONE"
 	Fail  Sentinel = "FAIL"

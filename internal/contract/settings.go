@@ -80,7 +80,7 @@ const (
 	DefaultSessionSeconds = 3600
 	DefaultContextWindow  = 128000
 	DefaultTerminationLog = "/dev/termination-log"
-	// DefaultModelTimeoutSeconds is the model idle timeout (seeds 001/004: 120 s).
+	// DefaultModelTimeoutSeconds is the model idle timeout (docs/loop-contract.md, "Settings": 120 s).
 	DefaultModelTimeoutSeconds = 120
 	// StateMountPath is where the operator mounts the rig's state volume in a loop pod.
 	StateMountPath = "/var/lib/clawfarm/state"

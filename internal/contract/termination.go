@@ -10,7 +10,7 @@ import (
 // MaxTerminationMessageBytes is the kubelet's limit on a termination message.
 const MaxTerminationMessageBytes = 4096
 
-// ExitReason says why a session ended (seed 002, exit reasons).
+// ExitReason says why a session ended (docs/loop-contract.md, "Exit codes and the termination message").
 type ExitReason string
 
 // The exit reasons the loop reports.
@@ -26,7 +26,7 @@ const (
 	ReasonMalformedTurns      ExitReason = "malformed_turns"
 	ReasonBudgetExhausted     ExitReason = "budget_exhausted"
 	ReasonRigUnavailable      ExitReason = "rig_unavailable"
-	// ReasonMaxErrors: too many tool errors in a row (seed 002's maxErrors).
+	// ReasonMaxErrors: too many tool errors in a row (maxErrors, docs/engine.md, "Reading the loop").
 	ReasonMaxErrors ExitReason = "max_errors"
 )
 

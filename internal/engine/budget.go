@@ -7,8 +7,8 @@ import (
 	"github.com/clawfarm/clawfarm/internal/engine/events"
 )
 
-// The session budgets of seed 002: maxErrors (tool errors in a row) and the
-// input token budgets of the attempt and of the run.
+// The session budgets (docs/engine.md, "Reading the loop"): maxErrors (tool
+// errors in a row) and the input token budgets of the attempt and of the run.
 
 // countToolResult counts one non-note call's result toward maxErrors: an
 // error of any kind (the rig's error result, a call the policy blocked, a

@@ -1,6 +1,7 @@
-// Package engine is the loop inside a loop pod (seed 000): the model picks
-// tools, the engine validates and runs them, feeds the results back and asks
-// again, until the session closes itself with a sentinel or a limit ends it.
+// Package engine is the loop inside a loop pod (docs/engine.md, "Reading the
+// loop"): the model picks tools, the engine validates and runs them, feeds
+// the results back and asks again, until the session closes itself with a
+// sentinel or a limit ends it.
 //
 // loop.go tells the story in one function; each step is a method in a file
 // of its own name (start, prepare, ask, judge, dispatch, finish), and each

@@ -8,7 +8,7 @@ import (
 
 // Run runs the session to its end and returns the termination message.
 //
-// The loop, as seed 000 draws it: ask the model, judge its turn, run the
+// The loop (docs/engine.md, "Reading the loop"): ask the model, judge its turn, run the
 // tools, append the results, ask again — until end_session closes the
 // session or a limit ends it. Every rule is a named step or policy.
 func (s *Session) Run(ctx context.Context) contract.TerminationMessage {

@@ -3,7 +3,7 @@ package engine
 import "strings"
 
 // basePrompt is the engine's part of the system prompt: the loop's rules as
-// the model must follow them (seed 000).
+// the model must follow them (docs/engine.md, "The system prompt").
 const basePrompt = `You drive a real phone through tools: a camera looks at the screen and a stylus touches it.
 
 Rules of every turn:

@@ -12,7 +12,7 @@ import (
 )
 
 // ErrorClass is what kind of failure a provider error is; the engine's retry
-// policy acts on the class (seed 002, "错误分类与重试策略").
+// policy acts on the class (docs/engine.md, "Reading the loop", ask).
 type ErrorClass string
 
 // The error classes.

@@ -1,7 +1,7 @@
 // Package provider is the one shape every model reply takes, and the adapter
 // interface that produces it. The engine speaks only these types; the
 // adapters in provider/openai and provider/anthropic translate them to and
-// from each vendor's wire format (seed 002, "LLM 适配器").
+// from each vendor's wire format (docs/engine.md, "Providers and the rig").
 package provider
 
 import (
@@ -117,7 +117,8 @@ type Request struct {
 // FinishReason is why the model stopped, normalised across vendors.
 type FinishReason string
 
-// The finish reasons the engine acts on (seed 000: "保留并依据真实的 finish reason 行事").
+// The finish reasons the engine acts on: the reply's real one, normalised
+// across vendors (docs/engine.md, "Reading the loop", judge).
 const (
 	FinishStop          FinishReason = "stop"
 	FinishToolCalls     FinishReason = "tool_calls"
@@ -184,7 +185,7 @@ type Options struct {
 	APIKey  string
 	Model   string
 	// IdleTimeout aborts a reply when no stream data arrives for this long
-	// (seed 001/004: model idle timeout, default 120 s).
+	// (docs/engine.md, "Providers and the rig": the idle watchdog, default 120 s).
 	IdleTimeout time.Duration
 	// RequestTimeout bounds one whole request.
 	RequestTimeout time.Duration
@@ -199,8 +200,8 @@ type Options struct {
 
 // Defaults for Options.
 const (
-	// DefaultIdleTimeout is the model idle window (seeds 001/004: "预设上限为 120 秒"),
-	// as the pod contract's default for --model-timeout-seconds.
+	// DefaultIdleTimeout is the model idle window, the pod contract's default
+	// for --model-timeout-seconds (docs/loop-contract.md, "Settings": 120 s).
 	DefaultIdleTimeout = contract.DefaultModelTimeoutSeconds * time.Second
 	// DefaultRequestTimeout bounds a whole model request (ours: generous, the idle
 	// watchdog catches stalls long before it).

@@ -3,7 +3,8 @@ package provider
 import "strings"
 
 // ThinkSplitter moves <think>…</think> spans out of a text stream into
-// reasoning (seed 002: "自动剥离 DeepSeek 等模型的 <think> 标签"). It works on
+// reasoning (docs/engine.md, "Providers and the rig"): DeepSeek and other
+// models write their reasoning inside <think> tags. It works on
 // deltas, so a tag split across two chunks is still recognised.
 type ThinkSplitter struct {
 	inThink bool

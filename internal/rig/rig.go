@@ -28,9 +28,10 @@ import (
 // window: the session ends STUCK with exit reason rig_unavailable.
 var ErrUnavailable = errors.New("rig unavailable")
 
-// Defaults of the client. They are ours: the seeds say only that a busy rig
-// answers "busy, retry" (docs/rig-contract.md) and that a session survives a
-// flaky rig.
+// Defaults of the client (docs/rig-contract.md, "What the loop does when the
+// rig errors or disconnects"). They are ours: a rig promises only that it
+// answers "busy, retry" while another call runs ("The busy lock"), and a
+// session must survive a flaky rig.
 const (
 	// DefaultBusyRetries is how often a "busy" answer is retried.
 	DefaultBusyRetries = 5

@@ -42,6 +42,49 @@ func TestArchitectureTableNamesRealCode(t *testing.T) {
 	}
 }
 
+// fileRef matches a file a rule's row names, with or without a declaration:
+// `path/to/file.go` or `path/to/file.go:Name`.
+var fileRef = regexp.MustCompile("`([A-Za-z0-9_./-]+\\.go)(?::[A-Za-z_][A-Za-z0-9_]*)?`")
+
+// A rule of the "Where each rule lives" table lives in at most two files: a
+// rule spread wider has no one place to read it.
+func TestArchitectureRulesNameAtMostTwoFiles(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "architecture.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, rows := false, 0
+	for i, line := range strings.Split(string(doc), "\n") {
+		if strings.HasPrefix(line, "#") {
+			in = strings.TrimSpace(strings.TrimLeft(line, "#")) == "Where each rule lives"
+			continue
+		}
+		if !in || !strings.HasPrefix(line, "|") || !strings.Contains(line, "`") {
+			continue
+		}
+		cells := strings.Split(strings.Trim(line, "| "), " | ")
+		files := map[string]bool{}
+		var names []string
+		for _, m := range fileRef.FindAllStringSubmatch(line, -1) {
+			if !files[m[1]] {
+				files[m[1]] = true
+				names = append(names, m[1])
+			}
+		}
+		if len(files) == 0 {
+			continue
+		}
+		rows++
+		if len(files) > 2 {
+			t.Errorf("docs/architecture.md:%d: the rule %q names %d files (%s); a rule lives in at most two: name the one or two that decide it",
+				i+1, cells[0], len(files), strings.Join(names, ", "))
+		}
+	}
+	if rows < 40 {
+		t.Fatalf("found %d rules naming files under docs/architecture.md's \"Where each rule lives\", want the whole table (at least 40)", rows)
+	}
+}
+
 func declares(t *testing.T, path, name string) bool {
 	t.Helper()
 	f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.SkipObjectResolution)

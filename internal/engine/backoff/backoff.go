@@ -1,7 +1,7 @@
 // Package backoff decides how long to wait before retrying a failed model
-// call, by the error's class (seed 002, "错误分类与重试策略"): a rate limit
-// waits with exponential backoff and jitter, honouring Retry-After; a
-// timeout or overload retries at once.
+// call, by the error's class (docs/engine.md, "Reading the loop", ask): a
+// rate limit waits with exponential backoff and jitter, honouring
+// Retry-After; a timeout or overload retries at once.
 package backoff
 
 import (
@@ -11,7 +11,7 @@ import (
 	"github.com/clawfarm/clawfarm/internal/provider"
 )
 
-// The policy's numbers (ours; seed 002 names the strategy, not the numbers).
+// The policy's numbers (ours: docs/engine.md names the strategy, not the numbers).
 const (
 	Base          = time.Second
 	Cap           = 60 * time.Second

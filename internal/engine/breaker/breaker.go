@@ -1,17 +1,18 @@
-// Package breaker is the circuit breaker over model calls (seed 002, "断路器机制"):
-// after Threshold consecutive failures it opens for Cooldown, so a failing
-// provider is not hammered with retries.
+// Package breaker is the circuit breaker over model calls (docs/engine.md,
+// "Reading the loop", ask): after Threshold consecutive failures it opens
+// for Cooldown, so a failing provider is not hammered with retries.
 package breaker
 
 import "time"
 
-// The breaker's numbers (seed 002: CIRCUIT_OPEN_THRESHOLD, CIRCUIT_OPEN_WAIT_MS).
+// The breaker's numbers (docs/engine.md, "Reading the loop": five consecutive failures open it for 60 s).
 const (
 	Threshold = 5
 	Cooldown  = 60 * time.Second
 )
 
-// Breaker counts consecutive failures. The zero value uses the seed's numbers.
+// Breaker counts consecutive failures. The zero value uses the package's
+// Threshold and Cooldown.
 type Breaker struct {
 	Threshold int
 	Cooldown  time.Duration

@@ -12,7 +12,8 @@ import (
 )
 
 // MaxOverflowCompactions is how often an overflow may be answered by
-// compaction in one session (seed 002: "压缩重试次数耗尽（最大 5 次）").
+// compaction in one session (docs/engine.md, "Compaction": after 5 the
+// session ends STUCK compaction_exhausted).
 const MaxOverflowCompactions = 5
 
 // Trigger is why compaction is asked for.

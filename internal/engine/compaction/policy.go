@@ -12,14 +12,15 @@ import (
 	"github.com/clawfarm/clawfarm/internal/provider"
 )
 
-// The numbers (seed 000: "默认第一次折叠发生在第 30 回合前后，始终保留最近 10 个回合完整不动，此后每 20 个回合再折一次").
+// The numbers (docs/engine.md, "Compaction": the first fold at 30 complete
+// turns, the newest 10 always kept whole, then a fold every 20 turns).
 const (
 	// FoldAt complete turns in the transcript trigger a fold (the default cadence).
 	FoldAt = 30
 	// KeepTurns are kept whole by a fold; the next fold comes FoldAt-KeepTurns (20) turns later.
 	KeepTurns = 10
 	// MaxResultChars is the largest tool result that enters the transcript
-	// whole; longer ones keep their head and tail (seed 002, "预防性工具结果截断").
+	// whole; longer ones keep their head and tail (docs/engine.md, "Compaction", truncation).
 	MaxResultChars = 16000
 	// ResultHead and ResultTail are what a truncated result keeps.
 	ResultHead = 10000
@@ -46,9 +47,10 @@ const (
 	SupersededTag = provider.SupersededTag
 )
 
-// Policy is the compaction of seed 000: latest screen wins, and turn folds
-// into three slots near the top. It keeps no state: everything it needs is
-// in the transcript, so a resumed session compacts exactly as the first did.
+// Policy is the compaction of docs/engine.md, "Compaction": latest screen
+// wins, and turn folds into three slots near the top. It keeps no state:
+// everything it needs is in the transcript, so a resumed session compacts
+// exactly as the first did.
 //
 // At and Keep are the fold cadence (zero: FoldAt and KeepTurns): a fold
 // comes at At complete turns and keeps the newest Keep whole, so the next

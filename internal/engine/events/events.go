@@ -1,8 +1,8 @@
 // Package events is the loop's live event stream: one JSON object per line
-// on stdout, so `kubectl logs` is the stream. Events travel on three streams
-// as in seeds 001/004 — lifecycle (session start, error, compaction, done),
-// assistant (text deltas, thinking) and tool (tool start, tool result) — and
-// every constructor for them is here. Every line passes the redactor.
+// on stdout, so `kubectl logs` is the stream (docs/engine.md, "Events").
+// Events travel on three streams — lifecycle (session start, error,
+// compaction, done), assistant (text deltas, thinking) and tool (tool start,
+// tool result) — and every constructor for them is here. Every line passes the redactor.
 package events
 
 import (

@@ -1,5 +1,5 @@
-// Package hooks are the loop's interception points (seeds 001/004, plugin
-// hooks): before a tool call (which may block it — a block is final), after
+// Package hooks are the loop's interception points (docs/engine.md,
+// "Hooks"): before a tool call (which may block it — a block is final), after
 // it, when its result is persisted into the transcript, around compaction,
 // and at the session's and the agent's end. Policies implement Hooks,
 // usually by embedding Base; Chain runs several in order.

@@ -1,7 +1,7 @@
-// Package plan is the agent's working memory beside the transcript (seed
-// 000, "plan 和 scratchpad 住在哪儿"): update_progress writes the plan (what
-// the user said, the agent's understanding, up to 20 ordered steps with
-// exactly one in progress); the scratchpad rides on note. Both are rendered
+// Package plan is the agent's working memory beside the transcript
+// (docs/engine.md, "Plan and scratchpad"): update_progress writes the plan
+// (what the user said, the agent's understanding, up to 20 ordered steps
+// with exactly one in progress); the scratchpad rides on note. Both are rendered
 // at the tail of every request and never stored in the transcript.
 //
 // Two rules keep the plan honest:

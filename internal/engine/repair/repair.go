@@ -1,6 +1,6 @@
 // Package repair keeps a transcript valid for every provider API: each tool
 // call is answered by exactly one result, in call order, in the messages
-// right after the call (seed 000: "每个工具调用都恰好配一个匹配的结果，就在紧接的下一条消息里").
+// right after the call (docs/engine.md, "Reading the loop", prepare).
 // The loop runs it before every request and after every compaction.
 package repair
 

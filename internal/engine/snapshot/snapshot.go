@@ -1,6 +1,6 @@
-// Package snapshot keeps an attempt resumable and traceable (seed 002,
-// "会话快照", strategy every_tool_round): after every tool round the session
-// state and transcript are written atomically (temp file, fsync, rename; the
+// Package snapshot keeps an attempt resumable and traceable (docs/engine.md,
+// "Snapshots, traces, resume"): after every tool round the session state
+// and transcript are written atomically (temp file, fsync, rename; the
 // directory is not fsynced, so a power cut may cost the newest turn) to
 // snapshots/<key>.json in the rig's state directory, and the session's trace
 // — the event stream and every screen — goes to traces/<key>/. An attempt

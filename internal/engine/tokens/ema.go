@@ -6,7 +6,7 @@ import (
 	"github.com/clawfarm/clawfarm/internal/provider"
 )
 
-// The calibration's numbers (seed 002, "EMA Token 校准").
+// The calibration's numbers (docs/engine.md, "Token accounting").
 const (
 	// WarmupObservations are averaged plainly before the EMA takes over.
 	WarmupObservations = 3

@@ -1,8 +1,8 @@
 // Package tokens estimates a request's size in tokens before it is sent, and
-// refuses one that would not fit (seed 002, "预检验证"). Fixed is a fixed
-// characters-per-token ratio (the engine's default); the calibrated
-// estimator (EMA, the production one) plugs in behind the same Estimator
-// interface.
+// refuses one that would not fit (docs/engine.md, "Token accounting").
+// Fixed is a fixed characters-per-token ratio (the engine's default); the
+// calibrated estimator (EMA, the production one) plugs in behind the same
+// Estimator interface.
 package tokens
 
 import (
@@ -13,15 +13,15 @@ import (
 
 // The numbers.
 const (
-	// StartCharsPerToken is the conservative starting ratio (seed 002: 3.0 chars/token).
+	// StartCharsPerToken is the conservative starting ratio (docs/engine.md, "Token accounting": 3.0 chars/token).
 	StartCharsPerToken = 3.0
-	// PreflightShare is the largest share of the input budget a prompt may take (seed 002: 60%).
+	// PreflightShare is the largest share of the input budget a prompt may take (docs/engine.md, "Token accounting": 60%).
 	PreflightShare = 0.60
 	// ImageTokens is what one image is counted as (ours: a ~1566 px JPEG costs about this much).
 	ImageTokens = 1600
 	// FoldReserve is kept free beside the reply bound for a fold: the fold
-	// message grows the head before the turns it replaces are gone (seed 001's
-	// compaction reserve; ours: about 200 summary lines).
+	// message grows the head before the turns it replaces are gone (ours:
+	// about 200 summary lines; docs/engine.md, "The system prompt").
 	FoldReserve = 2048
 )
 

@@ -1,8 +1,8 @@
 // Package turnshape is the rule that shapes every turn: exactly two tool
-// calls, one note and exactly one other tool (seed 000, "回合的形态：
-// [note, one-other]"). A wrong shape is rejected with a corrective that names
-// the offending tool, so the model resends the same action rather than any
-// shape-valid substitute.
+// calls, one note and exactly one other tool, [note, one-other]
+// (docs/engine.md, "Reading the loop", judge). A wrong shape is rejected
+// with a corrective that names the offending tool, so the model resends the
+// same action rather than any shape-valid substitute.
 package turnshape
 
 import (

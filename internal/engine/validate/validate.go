@@ -1,5 +1,5 @@
 // Package validate checks a tool call's arguments against the tool's JSON
-// schema before dispatch (seed 000: "在运行任何东西前校验参数").
+// schema before dispatch (docs/engine.md, "Reading the loop", dispatch).
 package validate
 
 import (

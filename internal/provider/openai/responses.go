@@ -14,8 +14,9 @@ import (
 	"github.com/clawfarm/clawfarm/internal/provider"
 )
 
-// The wires of the adapter (seed 002, "OpenAIAdapter": the Responses API
-// with incremental state, and Chat Completions with the whole context).
+// The wires of the adapter (docs/engine.md, "The Responses wire"): the
+// Responses API with incremental state, and Chat Completions with the whole
+// context.
 const (
 	APIChat      = "chat"
 	APIResponses = "responses"

@@ -45,8 +45,8 @@ type Preset struct {
 }
 
 // LocalIdleTimeout is the idle timeout of self-hosted servers (ours: Ollama
-// and vLLM may load a model before the first token; seeds 001/004 say to
-// raise the provider's timeout for slow local providers).
+// and vLLM may load a model before the first token, so a slow local
+// provider gets a longer idle window than provider.DefaultIdleTimeout).
 const LocalIdleTimeout = 300 * time.Second
 
 // OpenAICompatible is the preset for any OpenAI-compatible base URL.
