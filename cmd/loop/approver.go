@@ -3,29 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
+	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/engine"
 	"github.com/clawfarm/clawfarm/internal/progress"
 	"github.com/clawfarm/clawfarm/internal/toolpolicy"
-)
-
-// The annotations that answer an approval request (kubectl claw approve and
-// deny write them; an admission policy holds approved-by to the user who
-// wrote them). The loop never imports the operator's API types.
-const (
-	annotationApproval       = "farm.clawfarm.dev/approval"
-	annotationApprovedBy     = "farm.clawfarm.dev/approved-by"
-	annotationApprovalReason = "farm.clawfarm.dev/approval-reason"
-)
-
-// approvalPoll is how often the loop reads its run while a call waits, and
-// approvalHeartbeat how often it renews its progress heartbeat meanwhile
-// (the stall watchdog reads it).
-const (
-	approvalPoll      = 2 * time.Second
-	approvalHeartbeat = 30 * time.Second
 )
 
 // runApprover waits for a person's answer in the run's annotations. The
@@ -59,11 +42,11 @@ func (a *runApprover) Await(ctx context.Context, req engine.ApprovalRequest) eng
 		if !now.Before(deadline) {
 			return engine.ApprovalAnswer{TimedOut: true}
 		}
-		if now.Sub(beat) >= approvalHeartbeat && req.Heartbeat != nil {
+		if now.Sub(beat) >= contract.ApprovalHeartbeat && req.Heartbeat != nil {
 			req.Heartbeat()
 			beat = now
 		}
-		if err := a.clock.Sleep(ctx, min(approvalPoll, deadline.Sub(now))); err != nil {
+		if err := a.clock.Sleep(ctx, min(contract.ApprovalPoll, deadline.Sub(now))); err != nil {
 			return engine.ApprovalAnswer{Reason: "the attempt was stopped while the call waited for approval"}
 		}
 	}
@@ -77,24 +60,21 @@ func (a *runApprover) answer(ctx context.Context, id string) (engine.ApprovalAns
 			Annotations map[string]string `json:"annotations"`
 		} `json:"metadata"`
 	}
-	if !readRunInto(ctx, a.read, &run, a.logf, "an approval answer", fmt.Sprintf("(tried again in %s)", approvalPoll)) {
+	if !readRunInto(ctx, a.read, &run, a.logf, "an approval answer", fmt.Sprintf("(tried again in %s)", contract.ApprovalPoll)) {
 		return engine.ApprovalAnswer{}, false
 	}
 	ann := run.Metadata.Annotations
-	decision, forID, ok := strings.Cut(ann[annotationApproval], "/")
-	if !ok || forID != id {
+	decision, forID, ok := contract.ParseApprovalAnswer(ann[contract.AnnotationApproval])
+	if forID != id {
 		return engine.ApprovalAnswer{}, false // no answer yet, or an answer to an earlier request
 	}
-	ans := engine.ApprovalAnswer{By: ann[annotationApprovedBy], Reason: ann[annotationApprovalReason]}
-	switch {
-	case strings.EqualFold(decision, "Approve"):
-		ans.Approved = true
-	case strings.EqualFold(decision, "Deny"):
-	default:
-		a.logf("the run's %s is %q: want Approve/%s or Deny/%s; still waiting", annotationApproval, ann[annotationApproval], id, id)
+	if !ok {
+		a.logf("the run's %s is %q: want %s or %s; still waiting", contract.AnnotationApproval, ann[contract.AnnotationApproval],
+			contract.ApprovalAnswer(contract.Approve, id), contract.ApprovalAnswer(contract.Deny, id))
 		return engine.ApprovalAnswer{}, false
 	}
-	return ans, true
+	return engine.ApprovalAnswer{Approved: decision == contract.Approve,
+		By: ann[contract.AnnotationApprovedBy], Reason: ann[contract.AnnotationApprovalReason]}, true
 }
 
 // toolPoliciesFor compiles the run's ToolPolicies into the hook chain's

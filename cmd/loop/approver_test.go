@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/engine"
 	"github.com/clawfarm/clawfarm/internal/progress"
 	"github.com/clawfarm/clawfarm/internal/toolpolicy"
@@ -49,13 +50,13 @@ func TestRunApprover(t *testing.T) {
 		waits time.Duration
 	}{
 		{"approved on the third read", &annotatedRun{answerAt: 3, answer: map[string]string{
-			annotationApproval: "Approve/a1-t2-1", annotationApprovedBy: "alice"}}, engine.ApprovalAnswer{Approved: true, By: "alice"}, 2 * approvalPoll},
+			contract.AnnotationApproval: "Approve/a1-t2-1", contract.AnnotationApprovedBy: "alice"}}, engine.ApprovalAnswer{Approved: true, By: "alice"}, 2 * contract.ApprovalPoll},
 		{"denied with a reason, after a failed read", &annotatedRun{fail: true, answerAt: 2, answer: map[string]string{
-			annotationApproval: "deny/a1-t2-1", annotationApprovedBy: "bob", annotationApprovalReason: "wrong card"}}, engine.ApprovalAnswer{By: "bob", Reason: "wrong card"}, approvalPoll},
+			contract.AnnotationApproval: "deny/a1-t2-1", contract.AnnotationApprovedBy: "bob", contract.AnnotationApprovalReason: "wrong card"}}, engine.ApprovalAnswer{By: "bob", Reason: "wrong card"}, contract.ApprovalPoll},
 		{"an answer to an earlier request is no answer", &annotatedRun{answerAt: 1, answer: map[string]string{
-			annotationApproval: "Approve/a1-t1-1", annotationApprovedBy: "alice"}}, engine.ApprovalAnswer{TimedOut: true}, time.Minute},
+			contract.AnnotationApproval: "Approve/a1-t1-1", contract.AnnotationApprovedBy: "alice"}}, engine.ApprovalAnswer{TimedOut: true}, time.Minute},
 		{"a malformed answer is no answer", &annotatedRun{answerAt: 1, answer: map[string]string{
-			annotationApproval: "Sure/a1-t2-1"}}, engine.ApprovalAnswer{TimedOut: true}, time.Minute},
+			contract.AnnotationApproval: "Sure/a1-t2-1"}}, engine.ApprovalAnswer{TimedOut: true}, time.Minute},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			clk := &instantClock{now: start}
@@ -71,7 +72,7 @@ func TestRunApprover(t *testing.T) {
 				t.Errorf("waited %s, want %s", waited, c.waits)
 			}
 			if c.waits == time.Minute && beats != 1 {
-				t.Errorf("%d heartbeats in a minute's wait, want 1 (every %s)", beats, approvalHeartbeat)
+				t.Errorf("%d heartbeats in a minute's wait, want 1 (every %s)", beats, contract.ApprovalHeartbeat)
 			}
 		})
 	}
