@@ -187,3 +187,13 @@ func TestApprovalAnswer(t *testing.T) {
 		}
 	}
 }
+
+// The progress patch is a merge patch of status.progress that always
+// carries approval, null when none, so that it clears an answered request.
+func TestProgressPatch(t *testing.T) {
+	got := string(Progress{Attempt: 2, Turn: 3, UpdatedAt: "2026-11-29T18:00:00Z"}.Patch())
+	want := `{"status":{"progress":{"attempt":2,"turn":3,"tokens":0,"updatedAt":"2026-11-29T18:00:00Z","approval":null}}}`
+	if got != want {
+		t.Errorf("patch %s, want %s", got, want)
+	}
+}
