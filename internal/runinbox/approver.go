@@ -1,4 +1,4 @@
-package main
+package runinbox
 
 import (
 	"context"
@@ -8,22 +8,29 @@ import (
 	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/engine"
 	"github.com/clawfarm/clawfarm/internal/progress"
-	"github.com/clawfarm/clawfarm/internal/toolpolicy"
 )
 
-// runApprover waits for a person's answer in the run's annotations. The
-// attempt may spend at most allowance waiting in all (the operator gave the
-// pod's hard deadline that much room); past it a request is denied at once.
-type runApprover struct {
+// Approver waits for a person's answer in the run's annotations
+// (contract.AnnotationApproval and the two beside it), reading the run every
+// contract.ApprovalPoll. The attempt may spend at most allowance waiting in
+// all (the operator gave the pod's hard deadline that much room); past it a
+// request is denied at once.
+type Approver struct {
 	read      progress.ReadFunc
 	clock     engine.Clock
 	allowance time.Duration
 	logf      func(string, ...any)
 }
 
+// NewApprover is the approver of an attempt that may wait allowance in all,
+// reading its run with read.
+func NewApprover(read progress.ReadFunc, clock engine.Clock, allowance time.Duration, logf func(string, ...any)) *Approver {
+	return &Approver{read: read, clock: clock, allowance: allowance, logf: logf}
+}
+
 // Await polls the run until its approval annotation names the request, the
 // request's deadline (or the attempt's allowance) passes, or ctx ends.
-func (a *runApprover) Await(ctx context.Context, req engine.ApprovalRequest) engine.ApprovalAnswer {
+func (a *Approver) Await(ctx context.Context, req engine.ApprovalRequest) engine.ApprovalAnswer {
 	start := a.clock.Now()
 	if a.allowance <= 0 {
 		return engine.ApprovalAnswer{Reason: "this attempt has spent the time it may wait for approvals"}
@@ -54,7 +61,7 @@ func (a *runApprover) Await(ctx context.Context, req engine.ApprovalRequest) eng
 
 // answer reads the run once: the answer to request id, if there is one. A
 // read that fails is logged and tried again at the next poll.
-func (a *runApprover) answer(ctx context.Context, id string) (engine.ApprovalAnswer, bool) {
+func (a *Approver) answer(ctx context.Context, id string) (engine.ApprovalAnswer, bool) {
 	var run struct {
 		Metadata struct {
 			Annotations map[string]string `json:"annotations"`
@@ -75,29 +82,4 @@ func (a *runApprover) answer(ctx context.Context, id string) (engine.ApprovalAns
 	}
 	return engine.ApprovalAnswer{Approved: decision == contract.Approve,
 		By: ann[contract.AnnotationApprovedBy], Reason: ann[contract.AnnotationApprovalReason]}, true
-}
-
-// toolPoliciesFor compiles the run's ToolPolicies into the hook chain's
-// member and the approver their Approve decisions need (nil without a run
-// to read: such calls are then denied, saying why).
-func toolPoliciesFor(c config, clock engine.Clock, logf func(string, ...any)) (*toolpolicy.Policies, engine.Approver, error) {
-	set, err := toolpolicy.Decode(c.ToolPolicies)
-	if err != nil {
-		return nil, nil, err
-	}
-	p, err := toolpolicy.Compile(set)
-	if err != nil {
-		return nil, nil, fmt.Errorf("tool policies: %w", err)
-	}
-	p.Bind(c.Run, c.Attempt, logf)
-	if p.Empty() || !set.MayAskApproval() || c.Run == "" {
-		return p, nil, nil
-	}
-	read, err := newRunReader(c.Run)
-	if err != nil {
-		logf("calls that need approval will be denied: %v", err)
-		return p, nil, nil
-	}
-	allowance := time.Duration(set.LongestApprovalTimeout()*toolpolicy.ApprovalWaitsPerAttempt) * time.Second
-	return p, &runApprover{read: read, clock: clock, allowance: allowance, logf: logf}, nil
 }
