@@ -19,8 +19,9 @@ const (
 	ConditionFinished = "Finished"
 	// ConditionAwaitingApproval is True while the loop holds a tool call for
 	// a person's answer (status.progress.approval): kubectl claw approve or
-	// deny answers it. Its reason is ReasonApprovalRequested, or
-	// ReasonApprovalAnswered once the loop went on.
+	// deny answers it, with the annotations internal/contract declares
+	// (AnnotationApproval and the two beside it). Its reason is
+	// ReasonApprovalRequested, or ReasonApprovalAnswered once the loop went on.
 	ConditionAwaitingApproval = "AwaitingApproval"
 	// ConditionJoined is True while the run's trigger is part of another
 	// run's session (status.collectedInto or status.steeredInto; reason
@@ -214,19 +215,6 @@ const (
 // whose pool its selector matches, and everything the operator makes for a
 // run carries the run's pool (CarryPool).
 const LabelPool = "farm.clawfarm.dev/pool"
-
-// The annotations that answer a run's approval request
-// (status.progress.approval); kubectl claw approve and deny write them, the
-// loop reads them. An admission policy holds approvedBy to the user who
-// wrote the answer, so the trace's "who approved" is the API server's word.
-const (
-	// AnnotationApproval is "<Approve|Deny>/<request id>".
-	AnnotationApproval = "farm.clawfarm.dev/approval"
-	// AnnotationApprovedBy is the user who answered.
-	AnnotationApprovedBy = "farm.clawfarm.dev/approved-by"
-	// AnnotationApprovalReason is the answer's reason, which the model reads on a deny.
-	AnnotationApprovalReason = "farm.clawfarm.dev/approval-reason"
-)
 
 // Labels and annotations of follow-ups and agent jobs.
 const (

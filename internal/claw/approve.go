@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/internal/contract"
 )
 
 func (o *Options) newApproveCommand() *cobra.Command {
@@ -27,7 +28,7 @@ records who answered.`,
   kubectl claw approve buy-coffee --reason "the order is expected"`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return o.answerApproval(cmd.Context(), args[0], "Approve", reason)
+			return o.answerApproval(cmd.Context(), args[0], contract.Approve, reason)
 		},
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why, for the trace")
@@ -46,21 +47,22 @@ run's maxErrors.`,
 		Example: `  kubectl claw deny buy-coffee --reason "wrong card"`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return o.answerApproval(cmd.Context(), args[0], "Deny", reason)
+			return o.answerApproval(cmd.Context(), args[0], contract.Deny, reason)
 		},
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why; the model reads it")
 	return cmd
 }
 
-// answerApproval writes the answer annotations on the run, as
+// answerApproval writes the answer annotations (contract.AnnotationApproval
+// and the two beside it) on the run, as
 //
 //	kubectl annotate ar RUN farm.clawfarm.dev/approval=Approve/<id> \
 //	  farm.clawfarm.dev/approved-by=<you> farm.clawfarm.dev/approval-reason=… --overwrite
 //
 // does, with the open request's id and the caller's name from a
 // SelfSubjectReview.
-func (o *Options) answerApproval(ctx context.Context, name, decision, reason string) error {
+func (o *Options) answerApproval(ctx context.Context, name string, decision contract.Decision, reason string) error {
 	ns, _, err := o.Namespace()
 	if err != nil {
 		return err
@@ -82,18 +84,18 @@ func (o *Options) answerApproval(ctx context.Context, name, decision, reason str
 	}
 	user := review.Status.UserInfo.Username
 	ann := map[string]any{
-		farmv1.AnnotationApproval:       decision + "/" + req.ID,
-		farmv1.AnnotationApprovedBy:     user,
-		farmv1.AnnotationApprovalReason: nil,
+		contract.AnnotationApproval:       contract.ApprovalAnswer(decision, req.ID),
+		contract.AnnotationApprovedBy:     user,
+		contract.AnnotationApprovalReason: nil,
 	}
 	if reason != "" {
-		ann[farmv1.AnnotationApprovalReason] = reason
+		ann[contract.AnnotationApprovalReason] = reason
 	}
 	body, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
 	if err := c.Patch(ctx, run, client.RawPatch(types.MergePatchType, body)); err != nil {
 		return err
 	}
-	verb := map[string]string{"Approve": "approved", "Deny": "denied"}[decision]
+	verb := map[contract.Decision]string{contract.Approve: "approved", contract.Deny: "denied"}[decision]
 	fmt.Fprintf(o.Streams.Out, "agentrun.farm.clawfarm.dev/%s: %s %s on turn %d (request %s) as %s\n", name, verb, req.Tool, req.Turn, req.ID, user)
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/internal/contract"
 )
 
 func holding(id string) func(*farmv1.AgentRunStatus, int64) {
@@ -27,11 +28,11 @@ func TestApproveAndDeny(t *testing.T) {
 		t.Fatalf("approve: exit %d, stdout %q, stderr %q", c.code, c.out, c.errOut)
 	}
 	ann := getRun(t, ns, "buyer").Annotations
-	user := ann[farmv1.AnnotationApprovedBy]
-	if ann[farmv1.AnnotationApproval] != "Approve/a1-t7-1" || user == "" || !strings.HasSuffix(strings.TrimSpace(c.out.String()), " as "+user) {
+	user := ann[contract.AnnotationApprovedBy]
+	if ann[contract.AnnotationApproval] != "Approve/a1-t7-1" || user == "" || !strings.HasSuffix(strings.TrimSpace(c.out.String()), " as "+user) {
 		t.Fatalf("annotations %v", ann)
 	}
-	if _, ok := ann[farmv1.AnnotationApprovalReason]; ok {
+	if _, ok := ann[contract.AnnotationApprovalReason]; ok {
 		t.Errorf("an approval without --reason leaves no reason: %v", ann)
 	}
 
@@ -42,7 +43,7 @@ func TestApproveAndDeny(t *testing.T) {
 		t.Fatalf("deny: exit %d, stdout %q, stderr %q", c.code, c.out, c.errOut)
 	}
 	ann = getRun(t, ns, "buyer").Annotations
-	if ann[farmv1.AnnotationApproval] != "Deny/a1-t9-2" || ann[farmv1.AnnotationApprovalReason] != "wrong card" || ann[farmv1.AnnotationApprovedBy] != user {
+	if ann[contract.AnnotationApproval] != "Deny/a1-t9-2" || ann[contract.AnnotationApprovalReason] != "wrong card" || ann[contract.AnnotationApprovedBy] != user {
 		t.Fatalf("annotations %v", ann)
 	}
 
@@ -52,7 +53,7 @@ func TestApproveAndDeny(t *testing.T) {
 	if c.code != ExitError || !strings.Contains(c.errOut.String(), "no tool call waiting for approval") {
 		t.Errorf("nothing to approve: exit %d, stderr %q", c.code, c.errOut)
 	}
-	if _, ok := getRun(t, ns, "idle").Annotations[farmv1.AnnotationApproval]; ok {
+	if _, ok := getRun(t, ns, "idle").Annotations[contract.AnnotationApproval]; ok {
 		t.Error("an answer was written with no request open")
 	}
 }

@@ -156,3 +156,44 @@ func TestFollowUpWithoutDelay(t *testing.T) {
 		t.Fatalf("%+v %v", got, err)
 	}
 }
+
+// An approval answer is "<Approve|Deny>/<request id>"; the loop reads the
+// decision in any case, and tells a malformed answer to a request (the id
+// comes back) from a value that answers none.
+func TestApprovalAnswer(t *testing.T) {
+	if got := ApprovalAnswer(Approve, "a1-t7-1"); got != "Approve/a1-t7-1" {
+		t.Errorf("ApprovalAnswer(Approve) = %q", got)
+	}
+	if got := ApprovalAnswer(Deny, "a1-t9-2"); got != "Deny/a1-t9-2" {
+		t.Errorf("ApprovalAnswer(Deny) = %q", got)
+	}
+	for _, c := range []struct {
+		v  string
+		d  Decision
+		id string
+		ok bool
+	}{
+		{ApprovalAnswer(Approve, "a1-t2-1"), Approve, "a1-t2-1", true},
+		{ApprovalAnswer(Deny, "a1-t2-1"), Deny, "a1-t2-1", true},
+		{"deny/a1-t2-1", Deny, "a1-t2-1", true},
+		{"APPROVE/a1-t2-1", Approve, "a1-t2-1", true},
+		{"Sure/a1-t2-1", "", "a1-t2-1", false},
+		{"yes please", "", "", false},
+		{"", "", "", false},
+	} {
+		d, id, ok := ParseApprovalAnswer(c.v)
+		if d != c.d || id != c.id || ok != c.ok {
+			t.Errorf("ParseApprovalAnswer(%q) = %q, %q, %v; want %q, %q, %v", c.v, d, id, ok, c.d, c.id, c.ok)
+		}
+	}
+}
+
+// The progress patch is a merge patch of status.progress that always
+// carries approval, null when none, so that it clears an answered request.
+func TestProgressPatch(t *testing.T) {
+	got := string(Progress{Attempt: 2, Turn: 3, UpdatedAt: "2026-11-29T18:00:00Z"}.Patch())
+	want := `{"status":{"progress":{"attempt":2,"turn":3,"tokens":0,"updatedAt":"2026-11-29T18:00:00Z","approval":null}}}`
+	if got != want {
+		t.Errorf("patch %s, want %s", got, want)
+	}
+}

@@ -1,10 +1,14 @@
 package contract
 
+import (
+	"encoding/json"
+	"time"
+)
+
 // Progress is what the loop patches into the AgentRun's status.progress while
-// it runs (at most every 2 s). The JSON names match the CRD's status.progress
-// fields, so the loop can send a merge patch without importing the API types:
-//
-//	{"status":{"progress":{...}}} to the status subresource.
+// it runs (at most every ProgressInterval; docs/loop-contract.md,
+// "Progress"). The JSON names match the CRD's status.progress fields, so the
+// loop can send a merge patch (Patch) without importing the API types.
 type Progress struct {
 	Attempt   int    `json:"attempt"`
 	Turn      int    `json:"turn"`
@@ -20,9 +24,20 @@ type Progress struct {
 	Approval *Approval `json:"approval"`
 }
 
+// ProgressInterval is the least time between two progress patches of one
+// attempt.
+const ProgressInterval = 2 * time.Second
+
+// Patch is the JSON merge patch that publishes p on the run's status
+// subresource: {"status":{"progress":{...}}}.
+func (p Progress) Patch() []byte {
+	b, _ := json.Marshal(map[string]any{"status": map[string]any{"progress": p}})
+	return b
+}
+
 // Approval is status.progress.approval: a tool call a ToolPolicy sent for
-// approval. The run's annotation farm.clawfarm.dev/approval answers it with
-// "Approve/<ID>" or "Deny/<ID>".
+// approval. The run's annotation AnnotationApproval answers it with
+// "Approve/<ID>" or "Deny/<ID>" (ApprovalAnswer).
 type Approval struct {
 	ID          string `json:"id"`
 	Tool        string `json:"tool"`

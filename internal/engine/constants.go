@@ -8,8 +8,9 @@ import (
 
 // The loop's numbers. Each lives here once; the policies' own numbers live
 // in their packages (breaker.Threshold/Cooldown, tokens.PreflightShare,
-// compaction.MaxOverflowCompactions, backoff.Base/Cap, progress.Interval,
-// provider.DefaultIdleTimeout).
+// compaction.MaxOverflowCompactions, backoff.Base/Cap), those of the pod
+// contract in contract (contract.ProgressInterval, contract.ApprovalPoll),
+// the provider's in provider (provider.DefaultIdleTimeout).
 const (
 	// MaxMalformedTurns in a row end the session STUCK (the turn-shape rule: docs/engine.md, "Reading the loop", judge).
 	MaxMalformedTurns = 5

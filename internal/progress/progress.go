@@ -1,13 +1,13 @@
 // Package progress patches a running attempt's progress into its AgentRun's
-// status (loop-contract.md, "Progress"): a JSON merge patch on the status
-// subresource, at most every Interval, sent off the loop's goroutine so a
-// slow API server never slows a turn. It uses client-go only: the loop never
-// imports the operator's API types or controller-runtime.
+// status (loop-contract.md, "Progress"): the JSON merge patch
+// contract.Progress.Patch on the status subresource, at most every
+// contract.ProgressInterval, sent off the loop's goroutine so a slow API
+// server never slows a turn. It uses client-go only: the loop never imports
+// the operator's API types or controller-runtime.
 package progress
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"sync"
@@ -23,16 +23,13 @@ import (
 	"github.com/clawfarm/clawfarm/internal/contract"
 )
 
-// Interval is the least time between two patches (loop-contract.md: at most every 2 s).
-const Interval = 2 * time.Second
-
 // AgentRuns is the AgentRun resource.
 var AgentRuns = schema.GroupVersionResource{Group: "farm.clawfarm.dev", Version: "v1alpha1", Resource: "agentruns"}
 
 // PatchFunc sends one merge patch to the run's status.
 type PatchFunc func(ctx context.Context, patch []byte) error
 
-// Patcher publishes the newest progress at most every Interval.
+// Patcher publishes the newest progress at most every interval.
 type Patcher struct {
 	patch    PatchFunc
 	interval time.Duration
@@ -55,7 +52,7 @@ func NewInCluster(run string, logf func(string, ...any)) (*Patcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	return New(DynamicPatch(dc, ns, name), Interval, logf), nil
+	return New(DynamicPatch(dc, ns, name), contract.ProgressInterval, logf), nil
 }
 
 // NewInClusterReader reads namespace/name with the pod's service account
@@ -165,7 +162,7 @@ func (p *Patcher) send() {
 	if pr == nil {
 		return
 	}
-	body, _ := json.Marshal(map[string]any{"status": map[string]any{"progress": pr}})
+	body := pr.Patch()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := p.patch(ctx, body); err != nil {

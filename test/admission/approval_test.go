@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/internal/contract"
 )
 
 func annotate(ann map[string]any) client.Patch {
@@ -28,19 +29,19 @@ func TestApprovalAnswerNamesItsAuthor(t *testing.T) {
 	const notYou = "an approval answer names who gave it"
 	inForce(t, "clawfarm-approval", notYou, func() error {
 		return alice.Patch(ctx, runRef(ns, "buyer"), annotate(map[string]any{
-			farmv1.AnnotationApproval: "Approve/a1-t4-1", farmv1.AnnotationApprovedBy: "bob"}))
+			contract.AnnotationApproval: "Approve/a1-t4-1", contract.AnnotationApprovedBy: "bob"}))
 	})
 	refused(t, "an answer with no author", alice.Patch(ctx, runRef(ns, "buyer"), annotate(map[string]any{
-		farmv1.AnnotationApproval: "Approve/a1-t4-1"})), notYou)
+		contract.AnnotationApproval: "Approve/a1-t4-1"})), notYou)
 	refused(t, "an answer the loop cannot read", alice.Patch(ctx, runRef(ns, "buyer"), annotate(map[string]any{
-		farmv1.AnnotationApproval: "yes please", farmv1.AnnotationApprovedBy: name})), "is Approve/<id> or Deny/<id>")
+		contract.AnnotationApproval: "yes please", contract.AnnotationApprovedBy: name})), "is Approve/<id> or Deny/<id>")
 	allowed(t, "alice approves as herself", alice.Patch(ctx, runRef(ns, "buyer"), annotate(map[string]any{
-		farmv1.AnnotationApproval: "Approve/a1-t4-1", farmv1.AnnotationApprovedBy: name})))
+		contract.AnnotationApproval: "Approve/a1-t4-1", contract.AnnotationApprovedBy: name})))
 	bind(t, ns, "clawfarm-run-editor", user("bob-"+ns))
 	bob := as(t, identity{user: "bob-" + ns})
 	refused(t, "bob rewrites the reason of alice's answer", bob.Patch(ctx, runRef(ns, "buyer"), annotate(map[string]any{
-		farmv1.AnnotationApprovalReason: "because"})), notYou)
+		contract.AnnotationApprovalReason: "because"})), notYou)
 	allowed(t, "alice denies the next request with a reason", alice.Patch(ctx, runRef(ns, "buyer"), annotate(map[string]any{
-		farmv1.AnnotationApproval: "Deny/a1-t9-2", farmv1.AnnotationApprovedBy: name, farmv1.AnnotationApprovalReason: "wrong card"})))
+		contract.AnnotationApproval: "Deny/a1-t9-2", contract.AnnotationApprovedBy: name, contract.AnnotationApprovalReason: "wrong card"})))
 	allowed(t, "an unrelated annotation beside an answer", alice.Patch(ctx, runRef(ns, "buyer"), annotate(map[string]any{"team": "shop"})))
 }

@@ -1,29 +1,43 @@
-package main
+// Package runinbox is what reaches a running loop through its own AgentRun:
+// the steer messages the manager appends to status.joined (Inbox), and a
+// person's answers to the loop's approval requests, in the run's annotations
+// (Approver). Both read the run with the pod's service account (the loop's
+// role may get it; progress.ReadFunc) in the formats of the pod contract
+// (contract.Joined, contract.ParseApprovalAnswer), never through the
+// operator's API types. It ships in the loop.
+package runinbox
 
 import (
 	"context"
 	"encoding/json"
 	"time"
 
+	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/engine"
 	"github.com/clawfarm/clawfarm/internal/progress"
 )
 
-// runInbox delivers the run's steer messages into the session: the operator
+// Inbox delivers the run's steer messages into the session: the operator
 // appends a steer run to the session's run as a status.joined entry of mode
-// steer, and the loop, at every turn boundary, reads its own run (the
-// loop's role may get it) and hands the model the entries after those the
-// session already has. The session's State.Steered is the cursor — the
-// opening message's steer messages (--steered), plus what the engine
-// delivered since, restored with a resumed attempt's snapshot — so nothing
-// is delivered twice within an attempt, and nothing is skipped.
+// steer, and the loop, at every turn boundary, reads its own run and hands
+// the model the entries after those the session already has. The session's
+// State.Steered is the cursor — the opening message's steer messages
+// (--steered), plus what the engine delivered since, restored with a resumed
+// attempt's snapshot — so nothing is delivered twice within an attempt, and
+// nothing is skipped.
 //
 // A read that fails is logged and tried again at the next turn boundary: a
 // session never ends because the API server could not be read.
-type runInbox struct {
+type Inbox struct {
 	read  progress.ReadFunc
 	state *engine.State
 	logf  func(string, ...any)
+}
+
+// NewInbox is the inbox of the session whose state is st, reading its run
+// with read.
+func NewInbox(read progress.ReadFunc, st *engine.State, logf func(string, ...any)) *Inbox {
+	return &Inbox{read: read, state: st, logf: logf}
 }
 
 // readTimeout bounds one read of the run: a turn never waits longer for it.
@@ -46,14 +60,10 @@ func readRunInto(ctx context.Context, read progress.ReadFunc, v any, logf func(s
 }
 
 // Take reads the run once and returns its undelivered steer messages, in order.
-func (b *runInbox) Take(ctx context.Context) []engine.InboxMessage {
+func (b *Inbox) Take(ctx context.Context) []engine.InboxMessage {
 	var run struct {
 		Status struct {
-			Joined []struct {
-				Name    string `json:"name"`
-				Mode    string `json:"mode"`
-				Trigger string `json:"trigger"`
-			} `json:"joined"`
+			Joined []contract.Joined `json:"joined"`
 		} `json:"status"`
 	}
 	if !readRunInto(ctx, b.read, &run, b.logf, "steer messages", "(tried again at the next turn)") {
@@ -62,7 +72,7 @@ func (b *runInbox) Take(ctx context.Context) []engine.InboxMessage {
 	var out []engine.InboxMessage
 	n := 0
 	for _, j := range run.Status.Joined {
-		if j.Mode != "steer" {
+		if j.Mode != contract.JoinedModeSteer {
 			continue
 		}
 		if n >= b.state.Steered {
@@ -72,20 +82,3 @@ func (b *runInbox) Take(ctx context.Context) []engine.InboxMessage {
 	}
 	return out
 }
-
-// inboxFor is the session's inbox: nil without a run to read (no --run, or
-// no way to reach the API server, which is logged).
-func inboxFor(c config, st *engine.State, logf func(string, ...any)) engine.Inbox {
-	if c.Run == "" {
-		return nil
-	}
-	read, err := newRunReader(c.Run)
-	if err != nil {
-		logf("steer messages will not be delivered: %v", err)
-		return nil
-	}
-	return &runInbox{read: read, state: st, logf: logf}
-}
-
-// newRunReader reads the run with the pod's service account; tests replace it.
-var newRunReader = progress.NewInClusterReader

@@ -7,9 +7,11 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/clawfarm/clawfarm/internal/engine"
 	"github.com/clawfarm/clawfarm/internal/progress"
 	pt "github.com/clawfarm/clawfarm/internal/testing/providertest"
 	"github.com/clawfarm/clawfarm/internal/testing/rigtest"
+	"github.com/clawfarm/clawfarm/internal/toolpolicy"
 )
 
 // The loop reads its run at every turn boundary and hands the model the
@@ -69,5 +71,33 @@ func TestLoopDeliversSteerMessagesFromItsRun(t *testing.T) {
 	}
 	if reads != model.Requests() {
 		t.Errorf("the run was read %d times for %d requests: once per turn boundary", reads, model.Requests())
+	}
+}
+
+// The setting: policies that may ask for approval get an approver reading
+// the run; policies that cannot, or no run, get none; a bad set is a
+// configuration error naming the rule.
+func TestToolPoliciesFor(t *testing.T) {
+	old := newRunReader
+	newRunReader = func(string) (progress.ReadFunc, error) {
+		return func(context.Context) ([]byte, error) { return []byte(`{"metadata":{"annotations":{}}}`), nil }, nil
+	}
+	defer func() { newRunReader = old }()
+	set := func(action toolpolicy.Action) string {
+		s, _ := toolpolicy.Set{Policies: []toolpolicy.Policy{{Name: "p", Rules: []toolpolicy.Rule{{Name: "r", Expression: "true", Action: action}}}}}.Encode()
+		return s
+	}
+	c := config{}
+	c.Run, c.ToolPolicies = "farm/run", set(toolpolicy.Approve)
+	if _, ap, err := toolPoliciesFor(c, engine.RealClock{}, t.Logf); err != nil || ap == nil {
+		t.Errorf("Approve rules: approver %v, err %v", ap, err)
+	}
+	c.ToolPolicies = set(toolpolicy.Block)
+	if _, ap, err := toolPoliciesFor(c, engine.RealClock{}, t.Logf); err != nil || ap != nil {
+		t.Errorf("Block rules only: approver %v, err %v", ap, err)
+	}
+	c.ToolPolicies = `{"policies":[{"name":"p","rules":[{"name":"r","expression":"tool ==","action":"Block"}]}]}`
+	if _, _, err := toolPoliciesFor(c, engine.RealClock{}, t.Logf); err == nil {
+		t.Error("a rule that does not compile was accepted")
 	}
 }

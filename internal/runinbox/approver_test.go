@@ -1,4 +1,4 @@
-package main
+package runinbox
 
 import (
 	"context"
@@ -8,9 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/engine"
-	"github.com/clawfarm/clawfarm/internal/progress"
-	"github.com/clawfarm/clawfarm/internal/toolpolicy"
 )
 
 // annotatedRun serves the run's JSON with the annotations set so far;
@@ -37,7 +36,20 @@ func (r *annotatedRun) read(context.Context) ([]byte, error) {
 	return json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
 }
 
-func TestRunApprover(t *testing.T) {
+// instantClock makes the approver's waits take no time.
+type instantClock struct{ now time.Time }
+
+func (c *instantClock) Now() time.Time { return c.now }
+func (c *instantClock) Sleep(ctx context.Context, d time.Duration) error {
+	c.now = c.now.Add(d)
+	return ctx.Err()
+}
+
+// The approver reads the run every contract.ApprovalPoll until an answer to
+// its request comes, in any case, with who and why; a failed read, an
+// answer to an earlier request and a malformed one are no answer; a minute's
+// wait renews the heartbeat; the attempt's allowance bounds all its waits.
+func TestApprover(t *testing.T) {
 	start := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	req := func(id string, timeout time.Duration) engine.ApprovalRequest {
 		return engine.ApprovalRequest{ID: id, Tool: "tap", Deadline: start.Add(timeout)}
@@ -49,18 +61,18 @@ func TestRunApprover(t *testing.T) {
 		waits time.Duration
 	}{
 		{"approved on the third read", &annotatedRun{answerAt: 3, answer: map[string]string{
-			annotationApproval: "Approve/a1-t2-1", annotationApprovedBy: "alice"}}, engine.ApprovalAnswer{Approved: true, By: "alice"}, 2 * approvalPoll},
+			contract.AnnotationApproval: "Approve/a1-t2-1", contract.AnnotationApprovedBy: "alice"}}, engine.ApprovalAnswer{Approved: true, By: "alice"}, 2 * contract.ApprovalPoll},
 		{"denied with a reason, after a failed read", &annotatedRun{fail: true, answerAt: 2, answer: map[string]string{
-			annotationApproval: "deny/a1-t2-1", annotationApprovedBy: "bob", annotationApprovalReason: "wrong card"}}, engine.ApprovalAnswer{By: "bob", Reason: "wrong card"}, approvalPoll},
+			contract.AnnotationApproval: "deny/a1-t2-1", contract.AnnotationApprovedBy: "bob", contract.AnnotationApprovalReason: "wrong card"}}, engine.ApprovalAnswer{By: "bob", Reason: "wrong card"}, contract.ApprovalPoll},
 		{"an answer to an earlier request is no answer", &annotatedRun{answerAt: 1, answer: map[string]string{
-			annotationApproval: "Approve/a1-t1-1", annotationApprovedBy: "alice"}}, engine.ApprovalAnswer{TimedOut: true}, time.Minute},
+			contract.AnnotationApproval: "Approve/a1-t1-1", contract.AnnotationApprovedBy: "alice"}}, engine.ApprovalAnswer{TimedOut: true}, time.Minute},
 		{"a malformed answer is no answer", &annotatedRun{answerAt: 1, answer: map[string]string{
-			annotationApproval: "Sure/a1-t2-1"}}, engine.ApprovalAnswer{TimedOut: true}, time.Minute},
+			contract.AnnotationApproval: "Sure/a1-t2-1"}}, engine.ApprovalAnswer{TimedOut: true}, time.Minute},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			clk := &instantClock{now: start}
 			beats := 0
-			a := &runApprover{read: c.run.read, clock: clk, allowance: time.Hour, logf: t.Logf}
+			a := NewApprover(c.run.read, clk, time.Hour, t.Logf)
 			r := req("a1-t2-1", time.Minute)
 			r.Heartbeat = func() { beats++ }
 			got := a.Await(context.Background(), r)
@@ -71,14 +83,14 @@ func TestRunApprover(t *testing.T) {
 				t.Errorf("waited %s, want %s", waited, c.waits)
 			}
 			if c.waits == time.Minute && beats != 1 {
-				t.Errorf("%d heartbeats in a minute's wait, want 1 (every %s)", beats, approvalHeartbeat)
+				t.Errorf("%d heartbeats in a minute's wait, want 1 (every %s)", beats, contract.ApprovalHeartbeat)
 			}
 		})
 	}
 
 	// The attempt's allowance bounds all its waits together.
 	clk := &instantClock{now: start}
-	a := &runApprover{read: (&annotatedRun{}).read, clock: clk, allowance: 90 * time.Second, logf: t.Logf}
+	a := NewApprover((&annotatedRun{}).read, clk, 90*time.Second, t.Logf)
 	if got := a.Await(context.Background(), req("x1", time.Minute)); !got.TimedOut {
 		t.Fatalf("first wait: %+v", got)
 	}
@@ -87,31 +99,5 @@ func TestRunApprover(t *testing.T) {
 	}
 	if got := a.Await(context.Background(), engine.ApprovalRequest{ID: "x3", Deadline: clk.now.Add(time.Minute)}); got.TimedOut || got.Reason == "" || clk.now.Sub(start) != 90*time.Second {
 		t.Fatalf("third: %+v, want an immediate deny that says the time is spent", got)
-	}
-}
-
-// The setting: policies that may ask for approval get an approver reading
-// the run; policies that cannot, or no run, get none; a bad set is a
-// configuration error naming the rule.
-func TestToolPoliciesFor(t *testing.T) {
-	old := newRunReader
-	newRunReader = func(string) (progress.ReadFunc, error) { return (&annotatedRun{}).read, nil }
-	defer func() { newRunReader = old }()
-	set := func(action toolpolicy.Action) string {
-		s, _ := toolpolicy.Set{Policies: []toolpolicy.Policy{{Name: "p", Rules: []toolpolicy.Rule{{Name: "r", Expression: "true", Action: action}}}}}.Encode()
-		return s
-	}
-	c := config{}
-	c.Run, c.ToolPolicies = "farm/run", set(toolpolicy.Approve)
-	if _, ap, err := toolPoliciesFor(c, engine.RealClock{}, t.Logf); err != nil || ap == nil {
-		t.Errorf("Approve rules: approver %v, err %v", ap, err)
-	}
-	c.ToolPolicies = set(toolpolicy.Block)
-	if _, ap, err := toolPoliciesFor(c, engine.RealClock{}, t.Logf); err != nil || ap != nil {
-		t.Errorf("Block rules only: approver %v, err %v", ap, err)
-	}
-	c.ToolPolicies = `{"policies":[{"name":"p","rules":[{"name":"r","expression":"tool ==","action":"Block"}]}]}`
-	if _, _, err := toolPoliciesFor(c, engine.RealClock{}, t.Logf); err == nil {
-		t.Error("a rule that does not compile was accepted")
 	}
 }
