@@ -284,7 +284,11 @@ func (r *Reconciler) releaseRig(ctx context.Context, run *farmv1.AgentRun, w wor
 	if !run.Status.Phase.Finished() { // a finished run's final event covers the release
 		r.ev().rigReleased(run, w.held)
 	}
-	decided(ctx, run, msg, farmv1.ReasonReleased, "released", w.held)
+	to := ""
+	if handed {
+		to = next.Name
+	}
+	decided(ctx, run, "gave the rig back", farmv1.ReasonReleased, "released", w.held, "to", to)
 	return true, nil
 }
 

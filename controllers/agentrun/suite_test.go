@@ -48,6 +48,8 @@ var (
 	// finished checks the Finished condition on every stored version of
 	// every run (finished_test.go).
 	finished *finishedWatch
+	// decisions keeps the manager's log lines up to V(1) (decisions_test.go).
+	decisions = &decisionLog{}
 )
 
 func TestMain(m *testing.M) {
@@ -101,6 +103,7 @@ func startManager() (context.CancelFunc, chan struct{}) {
 		Metrics:    metricsserver.Options{BindAddress: "0"},
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 		Cache:      agentrun.CacheOptions(nil, nil), // the manager's: only the objects the operator labels
+		Logger:     decisions.logger(),
 	})
 	if err != nil {
 		panic(err)
