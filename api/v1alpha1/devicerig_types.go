@@ -4,8 +4,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// RigEndpoint is where the rig's MCP server and health route answer.
+// RigEndpoint is where the rig's MCP server and health route answer. The
+// manager fetches the health route from its own network position, so both
+// URLs name the rig's host and nothing that answers for the cloud
+// (docs/security.md, control 8).
 // +kubebuilder:validation:XValidation:rule="!has(self.healthURL) || self.healthURL.lowerAscii().find('//(\\\\[[^\\\\]]*\\\\]|[^/:?#]+)') == self.url.lowerAscii().find('//(\\\\[[^\\\\]]*\\\\]|[^/:?#]+)')",message="endpoint.healthURL must be on the endpoint URL's host: the manager fetches it, so it may not point anywhere else"
+// +kubebuilder:validation:XValidation:rule="!self.url.matches('^[^:/]+://[^/?#]*@') && (!has(self.healthURL) || !self.healthURL.matches('^[^:/]+://[^/?#]*@'))",message="endpoint.url and endpoint.healthURL must not carry user information (user:password@ before the host): the host is what is checked, and a rig's credentials do not belong in its URL"
+// +kubebuilder:validation:XValidation:rule="!self.url.lowerAscii().matches('^[a-z]+://(169\\\\.254\\\\.|\\\\[(::ffff:169\\\\.254\\\\.|fe[89ab][0-9a-f]:|::\\\\]|fd00:ec2::254\\\\])|0\\\\.0\\\\.0\\\\.0([:/?#]|$)|metadata(\\\\.google\\\\.internal|\\\\.goog)?\\\\.?([:/?#]|$)|100\\\\.100\\\\.100\\\\.200([:/?#]|$))')",message="endpoint.url must not name a link-local, unspecified or cloud-metadata address (169.254.0.0/16, fe80::/10, 0.0.0.0, metadata.google.internal…): the manager would fetch it from its own network position"
 type RigEndpoint struct {
 	// URL of the rig's MCP server (streamable HTTP), e.g. http://10.0.0.5:8048/mcp.
 	// +kubebuilder:validation:MinLength=1

@@ -68,8 +68,8 @@ func TestChartAdmissionIsConfigAdmission(t *testing.T) {
 			config[objectKey(o)] = withoutLabels(o)
 		}
 	}
-	if len(chart) != 11 {
-		t.Errorf("the chart renders %d admission objects, want 11 (the ConfigMap, five policies and their bindings)", len(chart))
+	if len(chart) != 13 {
+		t.Errorf("the chart renders %d admission objects, want 13 (the ConfigMap, six policies and their bindings)", len(chart))
 	}
 	for k, o := range chart {
 		if !reflect.DeepEqual(o, config[k]) {
@@ -95,10 +95,12 @@ func TestChartAdmissionValues(t *testing.T) {
 		"--set", "admission.rigs.hostPathPrefix=/srv/rigs",
 		"--set", "admission.model.baseURLPrefixes={https://llm.example.org/v1,http://proxy.example.org}",
 		"--set", "admission.model.inClusterServices=false",
-		"--set", "admission.pods.imagePrefixes={registry.example.org/farm/}")
+		"--set", "admission.pods.imagePrefixes={registry.example.org/farm/}",
+		"--set", "admission.rigs.endpointCIDRs={10.20.0.0/16,fd12::/16}", "--set", "admission.rigs.endpointHosts={*.farm.lan}")
 	params := find(objs, "ConfigMap", "clawfarm-system", "clawfarm-admission")
 	want := map[string]any{"modelBaseURLPrefixes": "https://llm.example.org/v1\nhttp://proxy.example.org",
-		"modelInClusterServices": "false", "podImagePrefixes": "registry.example.org/farm/"}
+		"modelInClusterServices": "false", "podImagePrefixes": "registry.example.org/farm/",
+		"rigEndpointCIDRs": "10.20.0.0/16\nfd12::/16", "rigEndpointHosts": "*.farm.lan"}
 	if !reflect.DeepEqual(params["data"], want) {
 		t.Errorf("the allow-list ConfigMap holds %v, want %v", params["data"], want)
 	}
@@ -129,6 +131,8 @@ func TestChartAdmissionValues(t *testing.T) {
 		{"--set", "admission.rigs.hostPathPrefix=relative/rigs"},
 		{"--set", "admission.model.baseURLPrefixes={ftp://example.org}"},
 		{"--set", "admission.pods.imagePrefix=ghcr.io/"},
+		{"--set", "admission.rigs.endpointCIDRs={10.20.0.0}"},
+		{"--set", "admission.rigs.endpointHosts={http://rig.farm.lan}"},
 	} {
 		if _, _, err := renderChartErr(t, bad...); err == nil {
 			t.Errorf("the chart renders with %v; values.schema.json must refuse it", bad)

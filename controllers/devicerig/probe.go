@@ -3,11 +3,14 @@ package devicerig
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
+	"syscall"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -70,7 +73,10 @@ func (r *Reconciler) probe(ctx context.Context, rig *farmv1.DeviceRig) (*farmv1.
 	}
 	var h farmv1.RigHealth
 	if err := json.Unmarshal(body, &h); err != nil {
-		return nil, fmt.Errorf("probe rig %s: GET %s did not answer the PhysiClaw status JSON: %w", rig.Name, u, err)
+		// Nothing of the answer is echoed: the status is world-readable to
+		// whoever may read rigs, and the answer may come from anywhere.
+		return nil, fmt.Errorf("probe rig %s: GET %s did not answer the PhysiClaw status JSON (%d bytes of %s)",
+			rig.Name, u, len(body), orNone(resp.Header.Get("Content-Type")))
 	}
 	return &h, nil
 }
@@ -78,8 +84,12 @@ func (r *Reconciler) probe(ctx context.Context, rig *farmv1.DeviceRig) (*farmv1.
 // maxHealthBody is the most of a health answer the manager reads.
 const maxHealthBody = 64 << 10
 
-// sameHost refuses a health URL on another host than the rig's endpoint:
-// the manager fetches it from its own network position.
+// sameHost refuses a health URL on another host than the rig's endpoint,
+// either URL with user information (user:password@, which can make two
+// URLs look alike to a reader and carries credentials no rig needs), and a
+// host that answers for the cloud rather than for a rig (forbiddenHost):
+// the manager fetches the health URL from its own network position. The API
+// refuses such a rig; one stored before those rules is not probed.
 func sameHost(health, endpoint string) error {
 	h, err := url.Parse(health)
 	if err != nil {
@@ -89,8 +99,63 @@ func sameHost(health, endpoint string) error {
 	if err != nil {
 		return fmt.Errorf("the endpoint URL: %w", err)
 	}
+	if h.User != nil || e.User != nil {
+		return errors.New("a URL with user information (user:password@): not probed")
+	}
 	if (h.Scheme != "http" && h.Scheme != "https") || !strings.EqualFold(h.Hostname(), e.Hostname()) {
 		return fmt.Errorf("not an http(s) URL on the endpoint's host %q: not probed", e.Hostname())
+	}
+	if why := forbiddenHost(h.Hostname()); why != "" {
+		return fmt.Errorf("%s: not probed", why)
+	}
+	return nil
+}
+
+// metadataHosts are names and addresses that answer for a cloud's instance
+// metadata rather than for a rig; link-local addresses (169.254.0.0/16,
+// fe80::/10, where most clouds serve it) are refused by forbiddenIP.
+var metadataHosts = []string{"metadata", "metadata.google.internal", "metadata.goog", "100.100.100.200", "fd00:ec2::254"}
+
+// forbiddenHost says why the manager must not fetch from host, or "".
+func forbiddenHost(host string) string {
+	for _, m := range metadataHosts {
+		if strings.EqualFold(strings.TrimSuffix(host, "."), m) {
+			return fmt.Sprintf("%s answers for the cloud's instance metadata, not for a rig", host)
+		}
+	}
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return forbiddenIP(ip)
+	}
+	return ""
+}
+
+// forbiddenIP says why the manager must not connect to ip, or "".
+func forbiddenIP(ip netip.Addr) string {
+	ip = ip.Unmap()
+	switch {
+	case ip.IsLinkLocalUnicast(), ip.IsLinkLocalMulticast():
+		return fmt.Sprintf("%s is a link-local address, where clouds serve instance metadata", ip)
+	case ip.IsUnspecified():
+		return fmt.Sprintf("%s is the unspecified address", ip)
+	}
+	for _, m := range metadataHosts {
+		if a, err := netip.ParseAddr(m); err == nil && a == ip {
+			return fmt.Sprintf("%s answers for the cloud's instance metadata, not for a rig", ip)
+		}
+	}
+	return ""
+}
+
+// refuseForbidden is the probe dialer's check of the address it is about to
+// connect to, after name resolution: a rig's name that resolves to a
+// link-local or metadata address is refused as its literal address would be.
+func refuseForbidden(_, address string, _ syscall.RawConn) error {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil {
+		return nil // not an IP socket address: nothing to check
+	}
+	if why := forbiddenIP(ap.Addr()); why != "" {
+		return fmt.Errorf("refused to connect: %s", why)
 	}
 	return nil
 }
@@ -141,4 +206,11 @@ func (r *Reconciler) probeIfDue(ctx context.Context, rig *farmv1.DeviceRig, now 
 			fmt.Sprintf("calibrated=%v origin_pinned=%v: calibrate the rig", health.Calibrated, health.OriginPinned))
 	}
 	return true, now
+}
+
+func orNone(contentType string) string {
+	if contentType == "" {
+		return "no stated content type"
+	}
+	return contentType
 }

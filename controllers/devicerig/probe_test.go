@@ -2,6 +2,7 @@ package devicerig_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -33,6 +34,24 @@ func TestHealthURLStaysOnTheRigsHost(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "endpoint.healthURL must be on the endpoint URL's host") {
 		t.Fatalf("a health URL on another host: %v, want refused", err)
 	}
+	// The same bytes before the host, with user information in front of
+	// two different hosts: refused too, by what the URLs parse to.
+	for _, c := range []struct{ name, url, health, want string }{
+		{"userinfo", "http://x:1@127.0.0.1:8048/mcp", "http://x:2@127.0.0.3/api/status", "must not carry user information"},
+		{"userinfo-endpoint", "http://admin@10.0.0.5:8048/mcp", "", "must not carry user information"},
+		{"other-host", "http://10.0.0.5:8048/mcp", "http://10.0.0.50/api/status", "endpoint.healthURL must be on the endpoint URL's host"},
+		{"link-local", "http://169.254.169.254/latest/meta-data/", "", "must not name a link-local, unspecified or cloud-metadata address"},
+		{"link-local-v6", "http://[fe80::1]:8048/mcp", "", "must not name a link-local"},
+		{"metadata-name", "http://Metadata.Google.Internal/computeMetadata/v1/", "", "must not name a link-local, unspecified or cloud-metadata address"},
+		{"unspecified", "http://0.0.0.0:8048/mcp", "", "must not name a link-local, unspecified or cloud-metadata address"},
+	} {
+		bad := rig.DeepCopy()
+		bad.Name, bad.Spec.Endpoint = c.name, farmv1.RigEndpoint{URL: c.url, HealthURL: c.health}
+		if err := env.Client.Create(ctx, bad); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s (url %q, healthURL %q): %v, want refused with %q", c.name, c.url, c.health, err, c.want)
+		}
+	}
+
 	// The same host on another port is the rig's own business.
 	rig.Name, rig.Spec.Endpoint.HealthURL = "otherport", "http://10.0.0.5:9000/api/status"
 	if err := env.Client.Create(ctx, rig); err != nil {
@@ -67,5 +86,41 @@ func TestHealthURLStaysOnTheRigsHost(t *testing.T) {
 	}
 	if n := followed.Load(); n != 0 {
 		t.Errorf("the redirect was followed %d times", n)
+	}
+}
+
+// A health route that answers something else than the status JSON is
+// reported without a byte of what it said: the rig's status is readable by
+// everyone who may read rigs, and the answer could be anyone's.
+func TestProbeEchoesNothingOfTheAnswer(t *testing.T) {
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	secret := "s3cr3t-token-from-somewhere"
+	liar := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = w.Write([]byte(secret))
+	}))
+	defer liar.Close()
+	env.MakeRig(t, ns, "rig", nil)
+	var cur farmv1.DeviceRig
+	if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "rig"}, &cur); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(cur.DeepCopy())
+	cur.Spec.Endpoint.HealthURL = liar.URL + "/api/status"
+	if err := env.Client.Patch(ctx, &cur, patch); err != nil {
+		t.Fatal(err)
+	}
+	r := env.WaitRig(t, ns, "rig", func(r *farmv1.DeviceRig) bool {
+		c := rigCondition(r, farmv1.ConditionEndpointReachable)
+		return c != nil && c.Status == metav1.ConditionFalse
+	})
+	c := rigCondition(r, farmv1.ConditionEndpointReachable)
+	want := fmt.Sprintf("did not answer the PhysiClaw status JSON (%d bytes of text/plain)", len(secret))
+	if !strings.Contains(c.Message, want) {
+		t.Errorf("EndpointReachable %q, want it to say %q", c.Message, want)
+	}
+	if strings.Contains(c.Message, "'s'") || strings.Contains(c.Message, secret[:4]) || strings.Contains(c.Message, "invalid character") {
+		t.Errorf("EndpointReachable %q echoes the answer", c.Message)
 	}
 }

@@ -3,6 +3,7 @@ package devicerig
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"time"
 
@@ -28,12 +29,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
-	if r.HTTP == nil {
-		r.HTTP = &http.Client{Timeout: r.Config.ProbeTimeout}
-	}
-	c := *r.HTTP
-	c.CheckRedirect = noRedirects
-	r.HTTP = &c
+	r.HTTP = r.probeClient()
 	if r.APIReader == nil {
 		r.APIReader = mgr.GetAPIReader()
 	}
@@ -97,4 +93,21 @@ func (r *Reconciler) rigsOnNode(ctx context.Context, o client.Object) []reconcil
 		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&rigs.Items[i])})
 	}
 	return reqs
+}
+
+// probeClient is the client the probes use: Reconciler.HTTP if set, else
+// one whose dialer refuses link-local and metadata addresses after name
+// resolution (refuseForbidden) and that goes through no proxy — the manager
+// fetches from its own network position. Neither follows a redirect.
+func (r *Reconciler) probeClient() *http.Client {
+	c := r.HTTP
+	if c == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.DialContext = (&net.Dialer{Timeout: r.Config.ProbeTimeout, Control: refuseForbidden}).DialContext
+		t.Proxy = nil
+		c = &http.Client{Timeout: r.Config.ProbeTimeout, Transport: t}
+	}
+	cp := *c
+	cp.CheckRedirect = noRedirects
+	return &cp
 }

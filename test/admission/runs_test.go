@@ -225,3 +225,80 @@ func TestMissingAllowListRefusesRuns(t *testing.T) {
 	}
 	eventually(t, "a run once the ConfigMap is back", func() error { return alice.Create(ctx, newRun(ns, "preset")) })
 }
+
+// A farm that knows its rig network keeps rig endpoints in it
+// (admission.rigs.endpointCIDRs and endpointHosts): with both empty any host
+// the schema admits is allowed; with either set, a DeviceRig naming another
+// host is refused, with the lists in the message.
+func TestRigEndpointAllowList(t *testing.T) {
+	ctx := context.Background()
+	ns, _ := runCreator(t)
+	admin := "rita-" + ns
+	bind(t, ns, "clawfarm-rig-admin", user(admin))
+	rita := as(t, identity{user: admin})
+	at := func(name, url string) *farmv1.DeviceRig {
+		r := newRig(ns, name, farmv1.StateVolume{})
+		r.Spec.Endpoint.URL = url
+		return r
+	}
+	allowed(t, "any rig host while the lists are empty", rita.Create(ctx, at("anywhere", "http://192.168.7.9:8048/mcp")))
+
+	var params corev1.ConfigMap
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: systemNamespace, Name: paramsName}, &params); err != nil {
+		t.Fatal(err)
+	}
+	restore := params.DeepCopy()
+	params.Data["rigEndpointCIDRs"] = "10.20.0.0/16\nfd12:3456::/32"
+	params.Data["rigEndpointHosts"] = "*.farm.lan\nrig-host-1"
+	if err := k8s.Update(ctx, &params); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		var cur corev1.ConfigMap
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(restore), &cur); err != nil {
+			t.Fatal(err)
+		}
+		cur.Data = restore.Data
+		if err := k8s.Update(ctx, &cur); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "rigs anywhere again once the lists are empty", func() error {
+			r := at("anywhere-again", "http://192.168.7.10:8048/mcp")
+			if err := rita.Create(ctx, r); err != nil {
+				return err
+			}
+			return rita.Delete(ctx, r)
+		})
+	}()
+	const outside = "which is not among the farm's rig endpoints"
+	inForce(t, "clawfarm-devicerig-endpoint", outside, func() error {
+		return rita.Create(ctx, at("probe", "http://192.168.7.9:8048/mcp"))
+	})
+	for _, c := range []struct{ name, url, host string }{
+		{"other-lan", "http://192.168.7.9:8048/mcp", "192.168.7.9"},
+		{"next-to-cidr", "http://10.21.0.1:8048/mcp", "10.21.0.1"},
+		{"other-domain", "http://rig.farm.lan.evil.example:8048/mcp", "rig.farm.lan.evil.example"},
+		{"other-v6", "http://[fd12:3457::1]:8048/mcp", "fd12:3457::1"},
+	} {
+		refused(t, "endpoint "+c.url, rita.Create(ctx, at(c.name, c.url)), "spec.endpoint.url names host "+c.host+", "+outside+
+			" (addresses in 10.20.0.0/16, fd12:3456::/32; hosts *.farm.lan, rig-host-1)")
+	}
+	for _, c := range []struct{ name, url string }{
+		{"in-cidr", "http://10.20.3.4:8048/mcp"},
+		{"in-v6", "http://[fd12:3456::7]:8048/mcp"},
+		{"in-domain", "http://iphone-03.Farm.LAN:8048/mcp"},
+		{"listed-host", "http://rig-host-1:8048/mcp"},
+	} {
+		allowed(t, "endpoint "+c.url, rita.Create(ctx, at(c.name, c.url)))
+	}
+	// A rig admitted before the lists tightened can still be edited, as long
+	// as its endpoint stays where it is.
+	var old farmv1.DeviceRig
+	if err := rita.Get(ctx, client.ObjectKey{Namespace: ns, Name: "anywhere"}, &old); err != nil {
+		t.Fatal(err)
+	}
+	old.Spec.Unschedulable = true
+	allowed(t, "maintenance on a rig outside the lists", rita.Update(ctx, &old))
+	old.Spec.Endpoint.URL = "http://192.168.7.99:8048/mcp"
+	refused(t, "moving a rig to another host outside the lists", rita.Update(ctx, &old), outside)
+}
