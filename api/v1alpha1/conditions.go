@@ -23,6 +23,11 @@ const (
 	// (AnnotationApproval and the two beside it). Its reason is
 	// ReasonApprovalRequested, or ReasonApprovalAnswered once the loop went on.
 	ConditionAwaitingApproval = "AwaitingApproval"
+	// ConditionModelKey is False while the run waits for the Secret its
+	// spec.model.apiKeySecretRef names to exist (ReasonModelKeyMissing), and
+	// True once it does, labelled a model key (ReasonModelKeyFound). A run
+	// whose key Secret existed when its pod was made has no such condition.
+	ConditionModelKey = "ModelKey"
 	// ConditionJoined is True while the run's trigger is part of another
 	// run's session (status.collectedInto or status.steeredInto; reason
 	// ReasonCollected or ReasonSteered), and False with reason
@@ -60,6 +65,12 @@ const (
 	ReasonBudgetExhausted   = "BudgetExhausted"
 	ReasonNotRetryable      = "NotRetryable"
 	ReasonInvalidConfig     = "InvalidConfig"
+	// ReasonModelKeyMissing: the model-key Secret does not exist yet; no pod
+	// is made until it does (ConditionModelKey).
+	ReasonModelKeyMissing = "ModelKeyMissing"
+	// ReasonModelKeyFound: the model-key Secret exists and is labelled a
+	// model key (ConditionModelKey).
+	ReasonModelKeyFound     = "ModelKeyFound"
 	ReasonCancelled         = "Cancelled"
 	ReasonQueueTimeout      = "QueueTimeout"
 	ReasonDeadlineExceeded  = "DeadlineExceeded"

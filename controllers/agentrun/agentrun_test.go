@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/internal/admission"
 	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/testing/fakekubelet"
 )
@@ -134,6 +135,8 @@ func TestAttemptPodShape(t *testing.T) {
 	ns := namespace(t)
 	rig := makeRig(t, ns, "rig", nil)
 	scripts.set(ns, "shape", byPod(nil, fakekubelet.Ending{Hang: true}))
+	create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "model-key", Labels: map[string]string{admission.LabelModelKey: "true"}},
+		StringData: map[string]string{"key": "s3cret"}})
 	run := newRun(ns, "shape", "rig")
 	run.Spec.Model.APIKeySecretRef = &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "model-key"}, Key: "key"}
 	run.Spec.Skills = []farmv1.SkillSource{{ConfigMapName: "shopping"}}

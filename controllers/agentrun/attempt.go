@@ -64,6 +64,7 @@ func (r *Reconciler) advance(ctx context.Context, run *farmv1.AgentRun, w world,
 		st.Attempt, _ = podAttempt(pod)
 		st.Phase = farmv1.RunRunning
 		st.NextAttemptTime = nil
+		keyFound(run) // the pod was made once the key was
 		msg, confirmAt := runningMessage(run, w, pod)
 		conditions.Unknown(&st.Conditions, gen, farmv1.ConditionSucceeded, farmv1.ReasonRunning, msg)
 		return wakeAt(earliest(wake, confirmAt)), nil
@@ -157,12 +158,16 @@ func (r *Reconciler) startAttempt(ctx context.Context, run *farmv1.AgentRun, w w
 	st := &run.Status
 	gen := run.Generation
 	next := attempt.Next(st)
-	if why, err := r.modelKeyRefused(ctx, run); err != nil || why != "" {
-		if err != nil {
-			return decision{}, err
-		}
-		return r.refuse(ctx, run, w, errors.New(why), why)
+	key, err := r.checkModelKey(ctx, run)
+	switch {
+	case err != nil:
+		return decision{}, err
+	case key.refused != "":
+		return r.refuse(ctx, run, w, errors.New(key.refused), key.refused)
+	case key.missing:
+		return r.awaitModelKey(ctx, run, w)
 	}
+	keyFound(run)
 	policies, why, err := r.toolPolicies(ctx, run)
 	if err != nil {
 		return decision{}, err

@@ -2,41 +2,102 @@ package agentrun
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/internal/admission"
+	"github.com/clawfarm/clawfarm/internal/attempt"
+	"github.com/clawfarm/clawfarm/internal/conditions"
 )
 
-// modelKeyRefused says why the run's spec.model.apiKeySecretRef may not be
-// used, or "" when it may: only a Secret labelled
-// farm.clawfarm.dev/model-key=true can be a model key, or a run creator could
-// have the loop send any Secret of the namespace to the model's endpoint.
-// Only the Secret's metadata is read, around the cache (the manager keeps no
-// Secrets). A Secret that does not exist yet is left to the kubelet, which
-// reports it within --pod-startup-timeout as for any missing Secret.
-func (r *Reconciler) modelKeyRefused(ctx context.Context, run *farmv1.AgentRun) (string, error) {
+// keyCheck is what checking a run's model key found.
+type keyCheck struct {
+	// refused says why the Secret may not be the key ("" when it may).
+	refused string
+	// missing: the Secret does not exist (yet).
+	missing bool
+}
+
+// checkModelKey reads the Secret the run's spec.model.apiKeySecretRef names
+// (its metadata only, around the cache: the manager keeps no Secrets). Only
+// a Secret labelled farm.clawfarm.dev/model-key=true can be a model key, or
+// a run creator could have the loop send any Secret of the namespace to the
+// model's endpoint; and the check is made when the pod is about to be made,
+// not when the run was created, so a Secret that appears later, unlabelled,
+// is refused like one that was there.
+func (r *Reconciler) checkModelKey(ctx context.Context, run *farmv1.AgentRun) (keyCheck, error) {
 	ref := run.Spec.Model.APIKeySecretRef
 	if ref == nil {
-		return "", nil
+		return keyCheck{}, nil
 	}
 	meta := &metav1.PartialObjectMetadata{}
 	meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
 	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: ref.Name}, meta)
 	switch {
 	case apierrors.IsNotFound(err):
-		return "", nil
+		return keyCheck{missing: true}, nil
 	case err != nil:
-		return "", fmt.Errorf("read the model key Secret %s: %w", ref.Name, err)
+		return keyCheck{}, fmt.Errorf("read the model key Secret %s: %w", ref.Name, err)
 	}
 	secret := &corev1.Secret{ObjectMeta: meta.ObjectMeta}
 	if err := admission.CheckModelKeySecret(secret); err != nil {
-		return "spec.model.apiKeySecretRef: " + err.Error(), nil
+		return keyCheck{refused: "spec.model.apiKeySecretRef: " + err.Error()}, nil
 	}
-	return "", nil
+	return keyCheck{}, nil
+}
+
+// modelKeyPoll is how often a run whose model-key Secret does not exist
+// looks again: the manager watches no Secrets.
+const modelKeyPoll = 2 * time.Second
+
+// awaitModelKey holds the attempt while the run's model-key Secret does not
+// exist: no pod is made — the kubelet would take whatever Secret of that
+// name appears later, labelled or not — and the ModelKey condition says
+// what the run waits for, until Config.ConfigErrorGrace after it began
+// waiting; then the run fails InvalidConfig, as for any missing Secret.
+func (r *Reconciler) awaitModelKey(ctx context.Context, run *farmv1.AgentRun, w world) (decision, error) {
+	st := &run.Status
+	gen := run.Generation
+	ref := run.Spec.Model.APIKeySecretRef
+	grace := r.Config.configErrorGrace()
+	since := w.now
+	c := conditions.Get(st.Conditions, farmv1.ConditionModelKey)
+	if c != nil && c.Status == metav1.ConditionFalse && c.Reason == farmv1.ReasonModelKeyMissing {
+		since = c.LastTransitionTime.Time
+	}
+	failAt := since.Add(grace)
+	if !w.now.Before(failAt) {
+		why := fmt.Sprintf("spec.model.apiKeySecretRef: Secret %s/%s does not exist (waited %s): create it with the label %s=true, or name a Secret that exists",
+			run.Namespace, ref.Name, grace, admission.LabelModelKey)
+		conditions.False(&st.Conditions, gen, farmv1.ConditionModelKey, farmv1.ReasonModelKeyMissing, why)
+		return r.refuse(ctx, run, w, errors.New(why), why)
+	}
+	msg := fmt.Sprintf("waiting for Secret %s (spec.model.apiKeySecretRef) to exist, labelled %s=true; attempt %d starts once it does, and the run fails InvalidConfig at %s if it does not",
+		ref.Name, admission.LabelModelKey, attempt.Next(st).Attempt, failAt.UTC().Format(time.RFC3339))
+	conditions.False(&st.Conditions, gen, farmv1.ConditionModelKey, farmv1.ReasonModelKeyMissing, msg)
+	// The wait counts on the manager's clock, from the reconcile that began it.
+	meta.FindStatusCondition(st.Conditions, farmv1.ConditionModelKey).LastTransitionTime = metav1.NewTime(since)
+	st.Phase = farmv1.RunRetrying
+	conditions.Unknown(&st.Conditions, gen, farmv1.ConditionSucceeded, farmv1.ReasonModelKeyMissing, msg)
+	decided(ctx, run, "waiting for the model key", farmv1.ReasonModelKeyMissing, "secret", ref.Name)
+	return wakeAt(earliest(failAt, w.now.Add(modelKeyPoll))), nil
+}
+
+// keyFound turns a run's ModelKey condition True once its key Secret was
+// found; a run that never waited for it has no such condition.
+func keyFound(run *farmv1.AgentRun) {
+	c := conditions.Get(run.Status.Conditions, farmv1.ConditionModelKey)
+	if c == nil || c.Status == metav1.ConditionTrue || run.Spec.Model.APIKeySecretRef == nil {
+		return
+	}
+	conditions.True(&run.Status.Conditions, run.Generation, farmv1.ConditionModelKey, farmv1.ReasonModelKeyFound,
+		fmt.Sprintf("Secret %s exists and is labelled a model key", run.Spec.Model.APIKeySecretRef.Name))
 }

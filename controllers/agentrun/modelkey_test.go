@@ -57,3 +57,71 @@ func TestModelKeyMustBeLabelled(t *testing.T) {
 	create(t, run)
 	waitPhase(t, ns, "labelled", farmv1.RunRunning)
 }
+
+// The key is checked when the pod is about to be made, not when the run was
+// created: a run naming a Secret that does not exist yet makes no pod — the
+// kubelet would take whatever Secret of that name appears later — and says
+// what it waits for; a Secret that then appears without the label is
+// refused like one that was there, one that never appears fails the run
+// after the config-error grace, and a labelled one starts the attempt.
+func TestModelKeyIsCheckedWhenUsed(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	for _, name := range []string{"late", "never", "arrives"} {
+		makeRig(t, ns, "rig-"+name, nil)
+		scripts.set(ns, name, byPod(nil, fakekubelet.Ending{Hang: true}))
+		run := newRun(ns, name, "rig-"+name)
+		run.Spec.Model.APIKeySecretRef = &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: name + "-key"}, Key: "key"}
+		create(t, run)
+	}
+	// The suite's config-error grace is a second: the arriving key comes at
+	// once, and the late one once both runs said what they wait for.
+	for _, name := range []string{"arrives", "late"} {
+		got := waitRun(t, ns, name, func(r *farmv1.AgentRun) bool {
+			c := conditions.Get(r.Status.Conditions, farmv1.ConditionModelKey)
+			return c != nil && c.Reason == farmv1.ReasonModelKeyMissing && c.Status == metav1.ConditionFalse
+		})
+		if name == "arrives" {
+			create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "arrives-key", Labels: map[string]string{admission.LabelModelKey: "true"}},
+				StringData: map[string]string{"key": "s3cret"}})
+		}
+		if c := conditions.Get(got.Status.Conditions, farmv1.ConditionModelKey); !strings.Contains(c.Message, "waiting for Secret "+name+"-key") {
+			t.Errorf("%s: ModelKey %q, want it to name the Secret it waits for", name, c.Message)
+		}
+		if n, _ := podAttempts(t, ns, name); n != 0 {
+			t.Errorf("%s: %d pods while its key Secret did not exist, want none", name, n)
+		}
+	}
+
+	// The late Secret appears without the label: refused before any pod.
+	create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "late-key"}, StringData: map[string]string{"key": "not-a-model-key"}})
+	got := waitPhase(t, ns, "late", farmv1.RunFailed)
+	if c := conditions.Get(got.Status.Conditions, farmv1.ConditionSucceeded); c.Reason != farmv1.ReasonInvalidConfig || !strings.Contains(c.Message, admission.LabelModelKey+"=true") {
+		t.Errorf("late: Succeeded %+v, want InvalidConfig naming the label", c)
+	}
+	got = waitPhase(t, ns, "never", farmv1.RunFailed)
+	if c := conditions.Get(got.Status.Conditions, farmv1.ConditionSucceeded); c.Reason != farmv1.ReasonInvalidConfig || !strings.Contains(c.Message, "Secret "+ns+"/never-key does not exist") {
+		t.Errorf("never: Succeeded %+v, want InvalidConfig saying the Secret does not exist", c)
+	}
+	got = waitPhase(t, ns, "arrives", farmv1.RunRunning)
+	if c := conditions.Get(got.Status.Conditions, farmv1.ConditionModelKey); c == nil || c.Status != metav1.ConditionTrue || c.Reason != farmv1.ReasonModelKeyFound {
+		t.Errorf("arrives: ModelKey %+v, want True ModelKeyFound", c)
+	}
+	var pods corev1.PodList
+	if err := k8s.List(ctx, &pods, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if !strings.HasPrefix(p.Name, "arrives-") {
+			t.Errorf("pod %s exists; only run arrives, whose key is labelled, may have one", p.Name)
+		}
+	}
+}
+
+// podAttempts counts the pods of run (by its label).
+func podAttempts(t *testing.T, ns, run string) (int, error) {
+	t.Helper()
+	var pods corev1.PodList
+	err := k8s.List(context.Background(), &pods, client.InNamespace(ns), client.MatchingLabels{farmv1.LabelRun: run})
+	return len(pods.Items), err
+}
