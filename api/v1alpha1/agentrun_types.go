@@ -28,16 +28,22 @@ type RigSelector struct {
 type ModelProvider string
 
 // ModelAPI is the wire an OpenAI-style provider is spoken on.
-// +kubebuilder:validation:Enum=chat;responses
+// +kubebuilder:validation:Enum=chat;responses;responses-chained
 type ModelAPI string
 
-// The wires.
+// The wires (docs/engine.md, "The Responses wire").
 const (
 	// ModelAPIChat is Chat Completions: the whole context every request.
 	ModelAPIChat ModelAPI = "chat"
-	// ModelAPIResponses is OpenAI's Responses API: stored responses, each
-	// request sends only what is new (docs/engine.md, "The Responses wire").
+	// ModelAPIResponses is OpenAI's Responses API, stateless: store false,
+	// the whole compacted context every request (only the newest screen),
+	// reasoning carried as encrypted items.
 	ModelAPIResponses ModelAPI = "responses"
+	// ModelAPIResponsesChained is the Responses API on stored responses
+	// (previous_response_id): each request sends only what is new, and the
+	// service keeps up to four superseded screens, which the model reads
+	// and every request bills.
+	ModelAPIResponsesChained ModelAPI = "responses-chained"
 )
 
 // ModelSpec says which model drives the agent.
@@ -60,9 +66,12 @@ type ModelSpec struct {
 	// +optional
 	BaseURL string `json:"baseURL,omitempty"`
 
-	// API is the wire: chat (Chat Completions) or responses (the Responses
-	// API, with the conversation stored by the provider). Unset: responses
-	// for the openai provider, chat for the others.
+	// API is the wire: chat (Chat Completions), responses (the Responses
+	// API, stateless: the whole compacted conversation every request) or
+	// responses-chained (the Responses API continuing the provider's stored
+	// responses: fewer bytes sent, but the provider keeps superseded
+	// screens, which the model reads and every request bills). Unset:
+	// responses for the openai provider, chat for the others.
 	// +optional
 	API ModelAPI `json:"api,omitempty"`
 
