@@ -183,6 +183,8 @@ type RunLimits struct {
 
 	// AttemptTimeoutSeconds is the session budget of one attempt (the loop's
 	// --session-seconds); the pod's activeDeadlineSeconds adds a grace minute.
+	// An attempt that runs out of it ends STUCK and a fresh attempt follows,
+	// up to maxAttempts: a slow phone is not a lost task.
 	// +kubebuilder:default=3600
 	// +kubebuilder:validation:Minimum=30
 	// +kubebuilder:validation:Maximum=86400

@@ -457,8 +457,8 @@ var outcomes = []struct {
 		return ended(r, 3, "STUCK", "end_turn", farmv1.OutcomeStuck, "the phone stays locked", farmv1.RunFailed, farmv1.ReasonAttemptsExhausted, "attempt 3 of 3 ended STUCK: the agent gave up")
 	}, ExitStuck, []string{"STUCK  the phone stays locked", ": Failed (AttemptsExhausted)", "attempt 3 of 3 ended STUCK"}},
 	{"stuck-budget", func(r string) func(*farmv1.AgentRunStatus, int64) {
-		return ended(r, 1, "STUCK", "budget_exhausted", farmv1.OutcomeBudget, "out of time", farmv1.RunFailed, farmv1.ReasonBudgetExhausted, "the attempt spent its session budget: budget_exhausted")
-	}, ExitStuck, []string{"STUCK  out of time", ": Failed (BudgetExhausted)"}},
+		return ended(r, 1, "STUCK", "budget_exhausted", farmv1.OutcomeBudget, "out of tokens", farmv1.RunFailed, farmv1.ReasonBudgetExhausted, "the attempt spent an input token budget: budget_exhausted")
+	}, ExitStuck, []string{"STUCK  out of tokens", ": Failed (BudgetExhausted)"}},
 	{"stuck-not-retryable", func(r string) func(*farmv1.AgentRunStatus, int64) {
 		return ended(r, 1, "STUCK", "fatal_error", farmv1.OutcomeNotRetryable, "the provider refused the key", farmv1.RunFailed, farmv1.ReasonNotRetryable, "the provider refused the key (auth)")
 	}, ExitStuck, []string{": Failed (NotRetryable)"}},

@@ -17,7 +17,7 @@ const (
 	// ExitFail: the agent ended with FAIL (Failed, TaskFailed).
 	ExitFail = 1
 	// ExitStuck: the agent ended STUCK and no attempt can help: attempts
-	// exhausted, session budget spent, or a provider that refused the key,
+	// exhausted, an input token budget spent, or a provider that refused the key,
 	// account or model (Failed: AttemptsExhausted, BudgetExhausted,
 	// NotRetryable).
 	ExitStuck = 2
