@@ -238,8 +238,11 @@ const (
 	DefaultMaxInfraRetries     int32 = 5
 	DefaultQueueTimeoutSeconds int32 = 86400
 	DefaultMaxChain            int32 = 10
-	DefaultStallSeconds        int32 = 600
-	DefaultMaxErrors           int32 = 8
+	// MaxFollowUpChain is the most followUp.maxChain may be (ours; the
+	// schema's Maximum on the field says the same).
+	MaxFollowUpChain    int32 = 100
+	DefaultStallSeconds int32 = 600
+	DefaultMaxErrors    int32 = 8
 )
 
 // StallTimeout is StallSeconds as a duration, or its default when unset (0: no watchdog).
@@ -291,7 +294,9 @@ func orDefault(p *int32, d int32) int32 {
 
 // FollowUpPolicy governs WAIT follow-ups.
 type FollowUpPolicy struct {
-	// MaxChain is how many follow-up runs one chain may have; 0 disables follow-ups.
+	// MaxChain is how many follow-up runs one chain may have, 0 to 100; 0
+	// disables follow-ups. A run that ends WAIT with its chain exhausted
+	// succeeds with reason FollowUpChainExhausted and no follow-up.
 	// +kubebuilder:default=10
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=100

@@ -493,6 +493,10 @@ var outcomes = []struct {
 			succeeded(st, gen, metav1.ConditionFalse, farmv1.ReasonQueueTimeout, "waited 24h0m0s for a rig")
 		}
 	}, ExitOtherFailure, []string{": Failed (QueueTimeout)"}},
+	{"wait-chain-exhausted", func(r string) func(*farmv1.AgentRunStatus, int64) {
+		return ended(r, 1, "WAIT", "end_turn", farmv1.OutcomeWait, "Asked Ana again.", farmv1.RunSucceeded, farmv1.ReasonFollowUpChainExhausted,
+			"the agent ended with WAIT, but chain "+r+" is exhausted: 11 runs, the first and 10 follow-ups (spec.followUp.maxChain 10), so no follow-up is made")
+	}, ExitWait, []string{"WAIT  Asked Ana again.", ": Succeeded (FollowUpChainExhausted)", "10 follow-ups"}},
 }
 
 // wait on a run that has already ended returns its outcome at once.

@@ -76,8 +76,9 @@ func OutcomeOf(run *farmv1.AgentRun) Outcome {
 	case farmv1.RunSucceeded:
 		o.Final, o.Code = true, ExitSucceeded
 		// A WAIT succeeds once its follow-up exists (FollowedUp), or when
-		// none may be made (reason Waiting: chain limit, follow-ups off).
-		if o.Reason == farmv1.ReasonFollowedUp || o.Reason == farmv1.ReasonWaiting || (o.Reason == "" && st.Sentinel == "WAIT") {
+		// none may be made (FollowUpChainExhausted; Waiting: follow-ups off).
+		if o.Reason == farmv1.ReasonFollowedUp || o.Reason == farmv1.ReasonWaiting || o.Reason == farmv1.ReasonFollowUpChainExhausted ||
+			(o.Reason == "" && st.Sentinel == "WAIT") {
 			o.Code = ExitWait
 		}
 	case farmv1.RunFailed:
