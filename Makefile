@@ -130,7 +130,7 @@ chaos: k8s ## Chaos benchmark: 100 rigs, 500 runs, managers SIGKILLed, nodes cut
 	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh --print) CHAOS=full $(GO) test -v -run '^TestChaos$$' -count=1 -timeout 60m ./test/chaos/
 
 .PHONY: bench-engine
-bench-engine: ## Engine benchmark: a 300-turn scripted session, both OpenAI wires side by side, and the prompt cache per wire and fold cadence.
+bench-engine: ## Engine benchmark: a 300-turn scripted session, the OpenAI wires (chat, Responses stateless and chained) side by side, and the prompt cache per wire and fold cadence.
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 30m ./internal/engine/...
 
 .PHONY: ci

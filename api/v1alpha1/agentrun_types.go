@@ -28,16 +28,22 @@ type RigSelector struct {
 type ModelProvider string
 
 // ModelAPI is the wire an OpenAI-style provider is spoken on.
-// +kubebuilder:validation:Enum=chat;responses
+// +kubebuilder:validation:Enum=chat;responses;responses-chained
 type ModelAPI string
 
-// The wires.
+// The wires (docs/engine.md, "The Responses wire").
 const (
 	// ModelAPIChat is Chat Completions: the whole context every request.
 	ModelAPIChat ModelAPI = "chat"
-	// ModelAPIResponses is OpenAI's Responses API: stored responses, each
-	// request sends only what is new (docs/engine.md, "The Responses wire").
+	// ModelAPIResponses is OpenAI's Responses API, stateless: store false,
+	// the whole compacted context every request (only the newest screen),
+	// reasoning carried as encrypted items.
 	ModelAPIResponses ModelAPI = "responses"
+	// ModelAPIResponsesChained is the Responses API on stored responses
+	// (previous_response_id): each request sends only what is new, and the
+	// service keeps up to four superseded screens, which the model reads
+	// and every request bills.
+	ModelAPIResponsesChained ModelAPI = "responses-chained"
 )
 
 // ModelSpec says which model drives the agent.
@@ -60,9 +66,12 @@ type ModelSpec struct {
 	// +optional
 	BaseURL string `json:"baseURL,omitempty"`
 
-	// API is the wire: chat (Chat Completions) or responses (the Responses
-	// API, with the conversation stored by the provider). Unset: responses
-	// for the openai provider, chat for the others.
+	// API is the wire: chat (Chat Completions), responses (the Responses
+	// API, stateless: the whole compacted conversation every request) or
+	// responses-chained (the Responses API continuing the provider's stored
+	// responses: fewer bytes sent, but the provider keeps superseded
+	// screens, which the model reads and every request bills). Unset:
+	// responses for the openai provider, chat for the others.
 	// +optional
 	API ModelAPI `json:"api,omitempty"`
 
@@ -174,6 +183,8 @@ type RunLimits struct {
 
 	// AttemptTimeoutSeconds is the session budget of one attempt (the loop's
 	// --session-seconds); the pod's activeDeadlineSeconds adds a grace minute.
+	// An attempt that runs out of it ends STUCK and a fresh attempt follows,
+	// up to maxAttempts: a slow phone is not a lost task.
 	// +kubebuilder:default=3600
 	// +kubebuilder:validation:Minimum=30
 	// +kubebuilder:validation:Maximum=86400
@@ -227,8 +238,11 @@ const (
 	DefaultMaxInfraRetries     int32 = 5
 	DefaultQueueTimeoutSeconds int32 = 86400
 	DefaultMaxChain            int32 = 10
-	DefaultStallSeconds        int32 = 600
-	DefaultMaxErrors           int32 = 8
+	// MaxFollowUpChain is the most followUp.maxChain may be (ours; the
+	// schema's Maximum on the field says the same).
+	MaxFollowUpChain    int32 = 100
+	DefaultStallSeconds int32 = 600
+	DefaultMaxErrors    int32 = 8
 )
 
 // StallTimeout is StallSeconds as a duration, or its default when unset (0: no watchdog).
@@ -280,7 +294,9 @@ func orDefault(p *int32, d int32) int32 {
 
 // FollowUpPolicy governs WAIT follow-ups.
 type FollowUpPolicy struct {
-	// MaxChain is how many follow-up runs one chain may have; 0 disables follow-ups.
+	// MaxChain is how many follow-up runs one chain may have, 0 to 100; 0
+	// disables follow-ups. A run that ends WAIT with its chain exhausted
+	// succeeds with reason FollowUpChainExhausted and no follow-up.
 	// +kubebuilder:default=10
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=100

@@ -79,7 +79,12 @@ const (
 	ReasonFollowUpCreated   = "FollowUpCreated"
 	ReasonChainLimitReached = "ChainLimitReached"
 	ReasonFollowUpsDisabled = "FollowUpsDisabled"
-	ReasonPodCreateFailed   = "PodCreateFailed"
+	// ReasonFollowUpChainExhausted: the agent ended WAIT in the last run
+	// followUp.maxChain allows, so no follow-up is made. The run succeeds
+	// with this reason, a Warning Event and the chain's length in the
+	// message: a chain never ends silently.
+	ReasonFollowUpChainExhausted = "FollowUpChainExhausted"
+	ReasonPodCreateFailed        = "PodCreateFailed"
 	// ReasonStalled: the stall watchdog stopped an attempt whose loop
 	// reported no progress for spec.limits.stallSeconds (a Warning Event).
 	ReasonStalled = "Stalled"

@@ -152,9 +152,9 @@ func TestEndToEnd(t *testing.T) {
 		{"no tool calls", uniq(pt.Step{Text: "done, I think"}), nil, 12, contract.Stuck, contract.ReasonNoToolCalls},
 		{"turn limit", uniq(step(note, peek)), []string{"--max-turns", "2"}, 12, contract.Stuck, contract.ReasonMaxRounds},
 		{"session budget", uniq(step(note, peek), pt.Step{Status: 429, ErrType: "rate_limit_exceeded", ErrMessage: "wait", RetryAfter: "600"}),
-			[]string{"--session-seconds", "60"}, 13, contract.Stuck, contract.ReasonBudgetExhausted},
+			[]string{"--session-seconds", "60"}, 12, contract.Stuck, contract.ReasonSessionDeadline},
 		{"auth failure", uniq(pt.Step{Status: 401, ErrType: "invalid_api_key", ErrMessage: "Incorrect API key provided: " + key}), nil, contract.ExitStuckNonRetryable, contract.Stuck, contract.ReasonFatalError},
-		{"content filter", uniq(pt.Step{Text: "…", Finish: "content_filter"}), nil, 1, contract.Fail, contract.ReasonFatalError},
+		{"content filter", uniq(pt.Step{Text: "…", Finish: "content_filter"}), nil, 12, contract.Stuck, contract.ReasonContentFilter},
 		{"context overflow", uniq(pt.Step{Status: 400, ErrType: "context_length_exceeded", ErrMessage: "maximum context length exceeded"}), nil, 12, contract.Stuck, contract.ReasonCompactionExhausted},
 		{"preflight", uniq(step(note, peek)), []string{"--context-window", "1000"}, 12, contract.Stuck, contract.ReasonContextOverflow},
 	}

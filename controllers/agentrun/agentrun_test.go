@@ -23,8 +23,15 @@ import (
 )
 
 // Every row of the sentinel table (README.md, docs/architecture.md), end to end on the API server.
+// Every ending the engine raises (a content filter, the session's time) and a pod past its
+// deadline is a counted STUCK with its exit reason, followed by a fresh attempt; only an input
+// token budget spent is final.
 func TestSentinelTable(t *testing.T) {
 	crash := fakekubelet.Ending{After: 50 * time.Millisecond, ExitCode: 137, Reason: "OOMKilled"}
+	// A pod the kubelet stopped at its activeDeadlineSeconds: the loop's SIGTERM ending, the pod's reason.
+	deadline := stuckFor(contract.ReasonUserCancel, "stopped: the attempt was cancelled (SIGTERM)")
+	deadline.PodReason = "DeadlineExceeded"
+	done := ends(contract.Done, true, "done on 2", 50*time.Millisecond)
 	cases := []struct {
 		name     string
 		script   func(*corev1.Pod) fakekubelet.Ending
@@ -33,25 +40,35 @@ func TestSentinelTable(t *testing.T) {
 		sentinel string
 		attempts int
 		counted  int
+		// exitReasons, when set, are the attempts' recorded exit reasons, in order.
+		exitReasons []string
 	}{
-		{"done", byPod(nil, ends(contract.Done, true, "timer set", 50*time.Millisecond)), farmv1.RunSucceeded, farmv1.ReasonDone, "DONE", 1, 1},
-		{"idle", byPod(nil, ends(contract.Idle, true, "nothing new", 50*time.Millisecond)), farmv1.RunSucceeded, farmv1.ReasonIdle, "IDLE", 1, 1},
-		{"fail", byPod(nil, ends(contract.Fail, true, "sold out", 50*time.Millisecond)), farmv1.RunFailed, farmv1.ReasonTaskFailed, "FAIL", 1, 1},
-		{"budget", byPod(nil, endsFor(contract.Stuck, contract.ReasonBudgetExhausted, "out of time")), farmv1.RunFailed, farmv1.ReasonBudgetExhausted, "STUCK", 1, 1},
+		{"done", byPod(nil, ends(contract.Done, true, "timer set", 50*time.Millisecond)), farmv1.RunSucceeded, farmv1.ReasonDone, "DONE", 1, 1, nil},
+		{"idle", byPod(nil, ends(contract.Idle, true, "nothing new", 50*time.Millisecond)), farmv1.RunSucceeded, farmv1.ReasonIdle, "IDLE", 1, 1, nil},
+		{"fail", byPod(nil, ends(contract.Fail, true, "sold out", 50*time.Millisecond)), farmv1.RunFailed, farmv1.ReasonTaskFailed, "FAIL", 1, 1, nil},
+		{"budget", byPod(nil, endsFor(contract.Stuck, contract.ReasonBudgetExhausted, "the input token budget is spent")), farmv1.RunFailed, farmv1.ReasonBudgetExhausted, "STUCK", 1, 1, nil},
+		{"content-filter", byPod(map[string]fakekubelet.Ending{"content-filter-a1": stuckFor(contract.ReasonContentFilter, "stopped: the content filter blocked the reply")}, done),
+			farmv1.RunSucceeded, farmv1.ReasonDone, "DONE", 2, 2, []string{"content_filter", "end_turn"}},
+		{"session-time", byPod(map[string]fakekubelet.Ending{"session-time-a1": stuckFor(contract.ReasonSessionDeadline, "stopped: the session's time budget is spent")}, done),
+			farmv1.RunSucceeded, farmv1.ReasonDone, "DONE", 2, 2, []string{"session_deadline", "end_turn"}},
+		{"deadline", byPod(map[string]fakekubelet.Ending{"deadline-a1": deadline}, done),
+			farmv1.RunSucceeded, farmv1.ReasonDone, "DONE", 2, 2, []string{"attempt_deadline", "end_turn"}},
+		{"deadline-thrice", byPod(nil, deadline), farmv1.RunFailed, farmv1.ReasonAttemptsExhausted, "STUCK", 3, 3,
+			[]string{"attempt_deadline", "attempt_deadline", "attempt_deadline"}},
 		{"key-refused", byPod(nil, endsFor(contract.Stuck, contract.ReasonFatalError, "the provider refused the API key (401)")),
-			farmv1.RunFailed, farmv1.ReasonNotRetryable, "STUCK", 1, 1},
-		{"badconfig", byPod(nil, fakekubelet.Ending{After: 50 * time.Millisecond, ExitCode: 2}), farmv1.RunFailed, farmv1.ReasonInvalidConfig, "FAIL", 1, 1},
+			farmv1.RunFailed, farmv1.ReasonNotRetryable, "STUCK", 1, 1, nil},
+		{"badconfig", byPod(nil, fakekubelet.Ending{After: 50 * time.Millisecond, ExitCode: 2}), farmv1.RunFailed, farmv1.ReasonInvalidConfig, "FAIL", 1, 1, nil},
 		{"stuck-then-done", byPod(map[string]fakekubelet.Ending{"stuck-then-done-a1": ends(contract.Stuck, true, "lost", 50*time.Millisecond)},
-			ends(contract.Done, true, "done on 2", 50*time.Millisecond)), farmv1.RunSucceeded, farmv1.ReasonDone, "DONE", 2, 2},
-		{"stuck-thrice", byPod(nil, ends(contract.Stuck, true, "lost again", 50*time.Millisecond)), farmv1.RunFailed, farmv1.ReasonAttemptsExhausted, "STUCK", 3, 3},
+			ends(contract.Done, true, "done on 2", 50*time.Millisecond)), farmv1.RunSucceeded, farmv1.ReasonDone, "DONE", 2, 2, nil},
+		{"stuck-thrice", byPod(nil, ends(contract.Stuck, true, "lost again", 50*time.Millisecond)), farmv1.RunFailed, farmv1.ReasonAttemptsExhausted, "STUCK", 3, 3, nil},
 		{"oom-counts", byPod(map[string]fakekubelet.Ending{"oom-counts-a1": crash}, ends(contract.Done, true, "ok", 50*time.Millisecond)),
-			farmv1.RunSucceeded, farmv1.ReasonDone, "DONE", 2, 2},
+			farmv1.RunSucceeded, farmv1.ReasonDone, "DONE", 2, 2, nil},
 		{"infra-free", byPod(map[string]fakekubelet.Ending{"infra-free-a1": {After: 50 * time.Millisecond, ExitCode: 143, Disruption: true}},
-			ends(contract.Done, true, "ok", 50*time.Millisecond)), farmv1.RunSucceeded, farmv1.ReasonDone, "DONE", 2, 1},
+			ends(contract.Done, true, "ok", 50*time.Millisecond)), farmv1.RunSucceeded, farmv1.ReasonDone, "DONE", 2, 1, nil},
 		{"evicted-free", byPod(map[string]fakekubelet.Ending{"evicted-free-a1": {After: 50 * time.Millisecond, ExitCode: 137, PodReason: "Evicted"}},
-			ends(contract.Done, true, "ok", 50*time.Millisecond)), farmv1.RunSucceeded, farmv1.ReasonDone, "DONE", 2, 1},
+			ends(contract.Done, true, "ok", 50*time.Millisecond)), farmv1.RunSucceeded, farmv1.ReasonDone, "DONE", 2, 1, nil},
 		{"mismatch-code-wins", byPod(nil, fakekubelet.Ending{After: 50 * time.Millisecond, ExitCode: 1,
-			Message: `{"sentinel":"DONE","recap":"lies","exitReason":"end_turn","retryable":true}`}), farmv1.RunFailed, farmv1.ReasonTaskFailed, "FAIL", 1, 1},
+			Message: `{"sentinel":"DONE","recap":"lies","exitReason":"end_turn","retryable":true}`}), farmv1.RunFailed, farmv1.ReasonTaskFailed, "FAIL", 1, 1, nil},
 	}
 	ns := namespace(t)
 	for _, c := range cases {
@@ -85,6 +102,21 @@ func TestSentinelTable(t *testing.T) {
 			}
 			if counted != c.counted {
 				t.Fatalf("%d counted attempts, want %d: %+v", counted, c.counted, run.Status.Attempts)
+			}
+			for i, want := range c.exitReasons {
+				a := run.Status.Attempts[i]
+				if a.ExitReason != want || a.Outcome == farmv1.OutcomeBudget {
+					t.Fatalf("attempt %d: exit reason %q, outcome %s; want %q", i+1, a.ExitReason, a.Outcome, want)
+				}
+				// A fresh attempt after an engine's ending or a deadline waits the
+				// back-off like any STUCK (the suite's base is 2 s; status times
+				// have whole seconds).
+				if i > 0 {
+					prev := run.Status.Attempts[i-1]
+					if a.StartTime == nil || prev.FinishTime == nil || a.StartTime.Sub(prev.FinishTime.Time) < time.Second {
+						t.Fatalf("attempt %d started %v, attempt %d ended %v: want the back-off between them", i+1, a.StartTime, i, prev.FinishTime)
+					}
+				}
 			}
 			// The rig is released once the pods are done, and the pods keep no finalizer.
 			eventually(t, "lease release", func() bool { return leaseHolder(t, ns, "rig-"+c.name) == "" })

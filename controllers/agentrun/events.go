@@ -58,8 +58,10 @@ func (r recorder) mismatch(run *farmv1.AgentRun, pod *corev1.Pod, why string) {
 	r.warning(run, pod, farmv1.EventTerminationMessageMismatch, "RecordOutcome", "%s", why)
 }
 
+// phase is the Event of a run's new phase: a Warning when it leaves work
+// undone (Failed, or a WAIT whose chain is exhausted), else Normal.
 func (r recorder) phase(run *farmv1.AgentRun, phase farmv1.RunPhase, reason, message string) {
-	if phase == farmv1.RunFailed {
+	if phase == farmv1.RunFailed || reason == farmv1.ReasonFollowUpChainExhausted {
 		r.warning(run, nil, reason, "Finish", "%s", message)
 		return
 	}

@@ -18,19 +18,57 @@ import (
 	"github.com/clawfarm/clawfarm/internal/followup"
 )
 
+// noFollowUp is why a WAIT of a run gets no follow-up: the FollowUpScheduled
+// condition's reason and message, and how the run ends.
+type noFollowUp struct {
+	reason, message string // the FollowUpScheduled condition
+	// finish and finishMessage are the Succeeded condition's reason and
+	// message; exhausted is true for a chain at followUp.maxChain (as
+	// opposed to follow-ups turned off), which warns.
+	finish, finishMessage string
+	exhausted             bool
+}
+
+// chainEnd says whether a WAIT of run may have a follow-up, and when not,
+// why: its chain is exhausted, with the chain's length, or follow-ups are
+// off (followUp.maxChain 0).
+func chainEnd(run *farmv1.AgentRun) (noFollowUp, bool) {
+	next, allowed := followup.NextOf(run)
+	if allowed {
+		return noFollowUp{}, false
+	}
+	limit := run.Spec.FollowUp.ChainLimit()
+	if limit == 0 {
+		return noFollowUp{reason: farmv1.ReasonFollowUpsDisabled, message: "followUp.maxChain is 0",
+			finish: farmv1.ReasonWaiting, finishMessage: "the agent ended with WAIT; no follow-up: followUp.maxChain is 0"}, true
+	}
+	done := next.Chain - 1
+	return noFollowUp{
+		reason:  farmv1.ReasonChainLimitReached,
+		message: fmt.Sprintf("the chain already has %s (followUp.maxChain %d)", followUps(done), limit),
+		finish:  farmv1.ReasonFollowUpChainExhausted,
+		finishMessage: fmt.Sprintf("the agent ended with WAIT, but chain %s is exhausted: %d runs, the first and %s "+
+			"(spec.followUp.maxChain %d), so no follow-up is made; a longer chain needs a larger spec.followUp.maxChain (at most %d)",
+			next.Root, done+1, followUps(done), limit, farmv1.MaxFollowUpChain),
+		exhausted: true,
+	}, true
+}
+
+func followUps(n int32) string {
+	if n == 1 {
+		return "1 follow-up"
+	}
+	return fmt.Sprintf("%d follow-ups", n)
+}
+
 // planFollowUp fixes, at the moment a WAIT is recorded, when the follow-up
 // fires (followup.Delay) and what it is called.
 func planFollowUp(run *farmv1.AgentRun, now time.Time, o attempt.Outcome) {
 	st := &run.Status
 	gen := run.Generation
-	next, allowed := followup.NextOf(run)
-	if !allowed {
-		reason, msg := farmv1.ReasonChainLimitReached,
-			fmt.Sprintf("the chain already has %d follow-ups (followUp.maxChain %d)", next.Chain-1, run.Spec.FollowUp.ChainLimit())
-		if run.Spec.FollowUp.ChainLimit() == 0 {
-			reason, msg = farmv1.ReasonFollowUpsDisabled, "followUp.maxChain is 0"
-		}
-		conditions.False(&st.Conditions, gen, farmv1.ConditionFollowUpScheduled, reason, msg)
+	next, _ := followup.NextOf(run)
+	if end, ended := chainEnd(run); ended {
+		conditions.False(&st.Conditions, gen, farmv1.ConditionFollowUpScheduled, end.reason, end.message)
 		return
 	}
 	fire := metav1.NewTime(followup.FireTime(now, followup.Delay(run, o.Message)))
@@ -57,8 +95,12 @@ func (r *Reconciler) followUp(ctx context.Context, run *farmv1.AgentRun, w world
 	}
 	wake := retryRelease(w, released)
 	fu := st.FollowUp
-	if fu == nil || fu.FireTime == nil { // chain limit or follow-ups disabled: nothing will come
-		r.finishWith(ctx, run, w.now, farmv1.RunSucceeded, farmv1.ReasonWaiting, "the agent ended with WAIT; no follow-up (see FollowUpScheduled)")
+	if fu == nil || fu.FireTime == nil { // chain exhausted or follow-ups disabled: nothing will come
+		end, ended := chainEnd(run)
+		if !ended { // planned by a manager that did not plan follow-ups
+			end.finish, end.finishMessage = farmv1.ReasonWaiting, "the agent ended with WAIT; no follow-up (see FollowUpScheduled)"
+		}
+		r.finishWith(ctx, run, w.now, farmv1.RunSucceeded, end.finish, end.finishMessage)
 		return wakeAt(wake), nil
 	}
 	next, _ := followup.NextOf(run)

@@ -173,11 +173,26 @@ func TestMissedCronJobFallbackAndChainLimit(t *testing.T) {
 	if c := condition(parent, farmv1.ConditionSucceeded); c.Reason != farmv1.ReasonFollowedUp {
 		t.Fatalf("parent %+v", c)
 	}
-	// The follow-up waits too, but the chain is full: no third run.
+	// The follow-up waits too, but the chain is full: no third run, and the
+	// run says so — reason FollowUpChainExhausted with the chain's length,
+	// and a Warning Event.
 	child := waitRun(t, ns, "chain-f1", func(r *farmv1.AgentRun) bool { return r.Status.Phase.Finished() })
 	if c := condition(child, farmv1.ConditionFollowUpScheduled); c == nil || c.Status != metav1.ConditionFalse || c.Reason != farmv1.ReasonChainLimitReached {
 		t.Fatalf("FollowUpScheduled of the last link: %+v; status %+v", c, child.Status)
 	}
+	const length = "chain chain is exhausted: 2 runs, the first and 1 follow-up (spec.followUp.maxChain 1)"
+	if c := condition(child, farmv1.ConditionSucceeded); child.Status.Phase != farmv1.RunSucceeded || c == nil ||
+		c.Reason != farmv1.ReasonFollowUpChainExhausted || !strings.Contains(c.Message, length) || !strings.Contains(c.Message, "larger spec.followUp.maxChain") {
+		t.Fatalf("the last link ended %s with %+v; want Succeeded, FollowUpChainExhausted, %q and the field to change", child.Status.Phase, c, length)
+	}
+	eventually(t, "the chain-exhausted Warning Event", func() bool {
+		for _, e := range runEventsOf(t, ns, "chain-f1") {
+			if e.Reason == farmv1.ReasonFollowUpChainExhausted && e.Type == corev1.EventTypeWarning && strings.Contains(e.Note, length) {
+				return true
+			}
+		}
+		return false
+	})
 	var f2 farmv1.AgentRun
 	if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "chain-f2"}, &f2); !apierrors.IsNotFound(err) {
 		t.Fatalf("chain-f2 exists past maxChain 1: %v", err)

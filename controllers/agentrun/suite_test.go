@@ -173,6 +173,14 @@ func endsFor(s contract.Sentinel, reason contract.ExitReason, recap string) fake
 	return fakekubelet.Ending{After: 50 * time.Millisecond, ExitCode: int32(m.ExitCode()), Message: string(b)}
 }
 
+// stuckFor ends a pod STUCK, retryable, with an exit reason (exit 12).
+func stuckFor(reason contract.ExitReason, recap string) fakekubelet.Ending {
+	m := contract.TerminationMessage{Sentinel: contract.Stuck, Retryable: true, Recap: recap, ExitReason: reason, Turns: 4,
+		Usage: contract.Usage{PromptTokens: 800, CompletionTokens: 80}}
+	b, _ := m.Encode()
+	return fakekubelet.Ending{After: 50 * time.Millisecond, ExitCode: int32(m.ExitCode()), Message: string(b)}
+}
+
 // byAttempt scripts a run's pods by attempt pod name.
 func byPod(endings map[string]fakekubelet.Ending, otherwise fakekubelet.Ending) func(*corev1.Pod) fakekubelet.Ending {
 	return func(p *corev1.Pod) fakekubelet.Ending {

@@ -112,6 +112,26 @@ func TestBadManifestsAreRejected(t *testing.T) {
 	}
 }
 
+// spec.followUp.maxChain is settable from 0 (follow-ups off) to
+// MaxFollowUpChain; the API server refuses anything else, naming the field.
+func TestMaxChainIsBounded(t *testing.T) {
+	ns := namespace(t)
+	for _, c := range []struct {
+		chain int32
+		ok    bool
+	}{{0, true}, {1, true}, {farmv1.MaxFollowUpChain, true}, {farmv1.MaxFollowUpChain + 1, false}, {-1, false}} {
+		run := newRun(ns, "chain-bound", "nowhere")
+		run.Spec.FollowUp.MaxChain = &c.chain
+		err := k8s.Create(context.Background(), run, client.DryRunAll)
+		switch {
+		case c.ok && err != nil:
+			t.Errorf("maxChain %d refused: %v", c.chain, err)
+		case !c.ok && (err == nil || !strings.Contains(err.Error(), "spec.followUp.maxChain")):
+			t.Errorf("maxChain %d: %v, want a refusal that names spec.followUp.maxChain", c.chain, err)
+		}
+	}
+}
+
 // Once a run has started only spec.cancel may change.
 func TestSpecIsFrozenOnceStarted(t *testing.T) {
 	ns := namespace(t)

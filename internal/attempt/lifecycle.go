@@ -82,7 +82,7 @@ func Apply(run *farmv1.AgentRun, rec farmv1.AttemptRecord, o Outcome) Verdict {
 	case farmv1.OutcomeFail:
 		return Verdict{farmv1.RunFailed, farmv1.ReasonTaskFailed, "the agent ended the session with FAIL"}
 	case farmv1.OutcomeBudget:
-		return Verdict{farmv1.RunFailed, farmv1.ReasonBudgetExhausted, "the attempt spent its session budget: " + o.Explanation}
+		return Verdict{farmv1.RunFailed, farmv1.ReasonBudgetExhausted, "the attempt spent an input token budget: " + o.Explanation}
 	case farmv1.OutcomeNotRetryable:
 		return Verdict{farmv1.RunFailed, farmv1.ReasonNotRetryable, o.Explanation}
 	case farmv1.OutcomeInvalidConfig:

@@ -37,9 +37,15 @@ type Outcome struct {
 	ExitReason string
 }
 
-// ExitReasonStalled is the exit reason of an attempt the stall watchdog
-// stopped: the operator's, not one the loop reports.
-const ExitReasonStalled = "stalled"
+// The exit reasons the operator records itself, not ones the loop reports.
+const (
+	// ExitReasonStalled: the stall watchdog stopped the attempt.
+	ExitReasonStalled = "stalled"
+	// ExitReasonAttemptDeadline: the pod reached its activeDeadlineSeconds
+	// (the session budget and its grace). A counted STUCK like any other: a
+	// slow phone is not a lost task (docs/loop-contract.md).
+	ExitReasonAttemptDeadline = "attempt_deadline"
+)
 
 // World is what the classifier needs to know beyond the pod.
 type World struct {
@@ -132,8 +138,11 @@ func Classify(pod *corev1.Pod, w World) (Outcome, bool) {
 		return o, true
 	}
 	if pod.Status.Reason == "DeadlineExceeded" {
+		// Whatever the loop said as the kubelet stopped it (a SIGTERM's
+		// user_cancel), the attempt is a counted, retryable STUCK.
 		o := fromContainer(pod)
-		o.Class, o.Counted, o.Sentinel = farmv1.OutcomeBudget, true, string(contract.Stuck)
+		o.Class, o.Counted, o.Sentinel, o.Mismatch = farmv1.OutcomeStuck, true, string(contract.Stuck), false
+		o.ExitReason = ExitReasonAttemptDeadline
 		o.Explanation = "the attempt ran past its deadline (activeDeadlineSeconds)"
 		return o, true
 	}

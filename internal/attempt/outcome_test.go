@@ -67,7 +67,9 @@ func TestClassify(t *testing.T) {
 		{"OOM", oom, farmv1.OutcomeStuck, true, "STUCK", "out of memory"},
 		{"disruption", disrupted, farmv1.OutcomeInfrastructure, false, "", "disrupted"},
 		{"evicted", evicted, farmv1.OutcomeInfrastructure, false, "", "Evicted"},
-		{"deadline", deadline, farmv1.OutcomeBudget, true, "STUCK", "deadline"},
+		{"deadline", deadline, farmv1.OutcomeStuck, true, "STUCK", "deadline"},
+		{"session time spent", ended(corev1.PodFailed, 12, `{"sentinel":"STUCK","recap":"r","exitReason":"session_deadline","retryable":true}`), farmv1.OutcomeStuck, true, "STUCK", "session_deadline"},
+		{"content filter", ended(corev1.PodFailed, 12, `{"sentinel":"STUCK","recap":"r","exitReason":"content_filter","retryable":true}`), farmv1.OutcomeStuck, true, "STUCK", "content_filter"},
 		{"deleted mid-run", deleted, farmv1.OutcomeInfrastructure, false, "", "deleted"},
 		{"never ran", noContainer, farmv1.OutcomeInfrastructure, false, "", "before the loop container ran"},
 	}
@@ -270,6 +272,60 @@ func TestClassifyStalled(t *testing.T) {
 	if o, _ := Classify(pod, World{Now: time.Now(), Cancelling: true}); o.Class != farmv1.OutcomeCancelled {
 		t.Fatalf("cancelled run: outcome %s", o.Class)
 	}
+}
+
+// Every ending the engine raises, and a pod past its deadline, is a counted,
+// retryable STUCK: a fresh attempt follows, up to maxAttempts; an input
+// token budget stays final. A pod the kubelet stopped at its deadline is
+// recorded with the exit reason attempt_deadline, whatever the loop said
+// on its way out.
+func TestEngineEndingsAndDeadlinesRetry(t *testing.T) {
+	deadline := ended(corev1.PodFailed, 12, `{"sentinel":"STUCK","recap":"stopped","exitReason":"user_cancel","retryable":true,"usage":{"promptTokens":500,"completionTokens":5,"cachedTokens":0}}`)
+	deadline.Status.Reason = "DeadlineExceeded"
+	for _, c := range []struct {
+		name   string
+		pod    *corev1.Pod
+		reason string
+	}{
+		{"content filter", ended(corev1.PodFailed, 12, `{"sentinel":"STUCK","recap":"r","exitReason":"content_filter","retryable":true}`), "content_filter"},
+		{"session time", ended(corev1.PodFailed, 12, `{"sentinel":"STUCK","recap":"r","exitReason":"session_deadline","retryable":true}`), "session_deadline"},
+		{"pod deadline", deadline, ExitReasonAttemptDeadline},
+	} {
+		o, done := Classify(c.pod, World{Now: time.Now()})
+		if !done || o.Class != farmv1.OutcomeStuck || !o.Counted || o.Mismatch {
+			t.Fatalf("%s: outcome %+v, ended %v; want a counted STUCK", c.name, o, done)
+		}
+		for attempt, want := range map[int32]farmv1.RunPhase{1: farmv1.RunRetrying, 3: farmv1.RunFailed} {
+			run := &farmv1.AgentRun{Spec: farmv1.AgentRunSpec{Limits: farmv1.RunLimits{MaxAttempts: 3}}}
+			rec := Record(c.pod, attempt, 0, o, time.Now())
+			v := Apply(run, rec, o)
+			if v.Phase != want || run.Status.ExitReason != c.reason || rec.ExitReason != c.reason {
+				t.Errorf("%s, attempt %d of 3: %s (%s), exit reason %q/%q; want %s, %s", c.name, attempt, v.Phase, v.Reason,
+					run.Status.ExitReason, rec.ExitReason, want, c.reason)
+			}
+			if want == farmv1.RunFailed && v.Reason != farmv1.ReasonAttemptsExhausted {
+				t.Errorf("%s: the last attempt fails the run %s, want AttemptsExhausted", c.name, v.Reason)
+			}
+		}
+	}
+	if rec := Record(deadline, 1, 0, mustClassify(t, deadline), time.Now()); rec.Usage == nil || rec.Usage.PromptTokens != 500 {
+		t.Errorf("a pod past its deadline keeps the tokens its loop reported: %+v", rec.Usage)
+	}
+	tokens := ended(corev1.PodFailed, 13, `{"sentinel":"STUCK","recap":"r","exitReason":"budget_exhausted","retryable":false}`)
+	run := &farmv1.AgentRun{Spec: farmv1.AgentRunSpec{Limits: farmv1.RunLimits{MaxAttempts: 3}}}
+	o := mustClassify(t, tokens)
+	if v := Apply(run, Record(tokens, 1, 0, o, time.Now()), o); v.Phase != farmv1.RunFailed || v.Reason != farmv1.ReasonBudgetExhausted {
+		t.Errorf("an input token budget spent: %s %s, want Failed BudgetExhausted", v.Phase, v.Reason)
+	}
+}
+
+func mustClassify(t *testing.T, pod *corev1.Pod) Outcome {
+	t.Helper()
+	o, done := Classify(pod, World{Now: time.Now()})
+	if !done {
+		t.Fatal("not ended")
+	}
+	return o
 }
 
 // The attempt record keeps the hash of the system prompt the loop reported.

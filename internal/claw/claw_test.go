@@ -457,8 +457,8 @@ var outcomes = []struct {
 		return ended(r, 3, "STUCK", "end_turn", farmv1.OutcomeStuck, "the phone stays locked", farmv1.RunFailed, farmv1.ReasonAttemptsExhausted, "attempt 3 of 3 ended STUCK: the agent gave up")
 	}, ExitStuck, []string{"STUCK  the phone stays locked", ": Failed (AttemptsExhausted)", "attempt 3 of 3 ended STUCK"}},
 	{"stuck-budget", func(r string) func(*farmv1.AgentRunStatus, int64) {
-		return ended(r, 1, "STUCK", "budget_exhausted", farmv1.OutcomeBudget, "out of time", farmv1.RunFailed, farmv1.ReasonBudgetExhausted, "the attempt spent its session budget: budget_exhausted")
-	}, ExitStuck, []string{"STUCK  out of time", ": Failed (BudgetExhausted)"}},
+		return ended(r, 1, "STUCK", "budget_exhausted", farmv1.OutcomeBudget, "out of tokens", farmv1.RunFailed, farmv1.ReasonBudgetExhausted, "the attempt spent an input token budget: budget_exhausted")
+	}, ExitStuck, []string{"STUCK  out of tokens", ": Failed (BudgetExhausted)"}},
 	{"stuck-not-retryable", func(r string) func(*farmv1.AgentRunStatus, int64) {
 		return ended(r, 1, "STUCK", "fatal_error", farmv1.OutcomeNotRetryable, "the provider refused the key", farmv1.RunFailed, farmv1.ReasonNotRetryable, "the provider refused the key (auth)")
 	}, ExitStuck, []string{": Failed (NotRetryable)"}},
@@ -493,6 +493,10 @@ var outcomes = []struct {
 			succeeded(st, gen, metav1.ConditionFalse, farmv1.ReasonQueueTimeout, "waited 24h0m0s for a rig")
 		}
 	}, ExitOtherFailure, []string{": Failed (QueueTimeout)"}},
+	{"wait-chain-exhausted", func(r string) func(*farmv1.AgentRunStatus, int64) {
+		return ended(r, 1, "WAIT", "end_turn", farmv1.OutcomeWait, "Asked Ana again.", farmv1.RunSucceeded, farmv1.ReasonFollowUpChainExhausted,
+			"the agent ended with WAIT, but chain "+r+" is exhausted: 11 runs, the first and 10 follow-ups (spec.followUp.maxChain 10), so no follow-up is made")
+	}, ExitWait, []string{"WAIT  Asked Ana again.", ": Succeeded (FollowUpChainExhausted)", "10 follow-ups"}},
 }
 
 // wait on a run that has already ended returns its outcome at once.

@@ -17,7 +17,7 @@ const (
 	// ExitFail: the agent ended with FAIL (Failed, TaskFailed).
 	ExitFail = 1
 	// ExitStuck: the agent ended STUCK and no attempt can help: attempts
-	// exhausted, session budget spent, or a provider that refused the key,
+	// exhausted, an input token budget spent, or a provider that refused the key,
 	// account or model (Failed: AttemptsExhausted, BudgetExhausted,
 	// NotRetryable).
 	ExitStuck = 2
@@ -76,8 +76,9 @@ func OutcomeOf(run *farmv1.AgentRun) Outcome {
 	case farmv1.RunSucceeded:
 		o.Final, o.Code = true, ExitSucceeded
 		// A WAIT succeeds once its follow-up exists (FollowedUp), or when
-		// none may be made (reason Waiting: chain limit, follow-ups off).
-		if o.Reason == farmv1.ReasonFollowedUp || o.Reason == farmv1.ReasonWaiting || (o.Reason == "" && st.Sentinel == "WAIT") {
+		// none may be made (FollowUpChainExhausted; Waiting: follow-ups off).
+		if o.Reason == farmv1.ReasonFollowedUp || o.Reason == farmv1.ReasonWaiting || o.Reason == farmv1.ReasonFollowUpChainExhausted ||
+			(o.Reason == "" && st.Sentinel == "WAIT") {
 			o.Code = ExitWait
 		}
 	case farmv1.RunFailed:

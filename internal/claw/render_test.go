@@ -128,7 +128,7 @@ func TestRenderEveryEventAndKeepsStrangers(t *testing.T) {
 	em.Emit(events.ToolStart(4, contract.ToolPeek, "c8", args(map[string]any{})))
 	// The stream ends mid-turn (the log was cut): the turn is shown as it stands.
 	em.Emit(events.Done(contract.TerminationMessage{Sentinel: contract.Stuck, ExitReason: contract.ReasonBudgetExhausted,
-		Retryable: false, Turns: 4, Recap: "the session budget ran out\nwhile scrolling", Usage: contract.Usage{PromptTokens: 1200, CompletionTokens: 30}}))
+		Retryable: false, Turns: 4, Recap: "the input token budget ran out\nwhile scrolling", Usage: contract.Usage{PromptTokens: 1200, CompletionTokens: 30}}))
 	raw(`not json at the end`)
 
 	got := render(t, buf.Bytes(), true)
@@ -144,7 +144,7 @@ func TestRenderEveryEventAndKeepsStrangers(t *testing.T) {
 		`18:00:14 t3   note: quitting Settings to start over  →  force_quit app="Settings"  →  blocked: force_quit is denied for this run`,
 		`18:00:18 ~ compaction at t3: fold: 31 → 12 messages`,
 		`18:00:19 t4   note: looking at the screen  →  peek  →  …`,
-		`18:00:22 ■ STUCK  (budget_exhausted, not retryable, 4 turns, 1.2k tokens)  the session budget ran out while scrolling`,
+		`18:00:22 ■ STUCK  (budget_exhausted, not retryable, 4 turns, 1.2k tokens)  the input token budget ran out while scrolling`,
 		`not json at the end`,
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {

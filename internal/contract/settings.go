@@ -24,7 +24,7 @@ var (
 	SettingModelBaseURL  = Setting{"model-base-url", "CLAWFARM_MODEL_BASE_URL", "base URL override"}
 	// SettingModelAPI is optional: an operator that does not set it gets
 	// the preset's wire.
-	SettingModelAPI       = Setting{"model-api", "CLAWFARM_MODEL_API", "the wire of an OpenAI-style provider: chat (Chat Completions) or responses (the Responses API); default responses for openai, chat for the others"}
+	SettingModelAPI       = Setting{"model-api", "CLAWFARM_MODEL_API", "the wire of an OpenAI-style provider: chat (Chat Completions), responses (the Responses API, stateless) or responses-chained (the Responses API on stored responses, which keep superseded screens); default responses for openai, chat for the others"}
 	SettingModelAPIKey    = Setting{"", "CLAWFARM_MODEL_API_KEY", "the API key, from a Secret (env only: never a flag, never printed)"}
 	SettingContextWindow  = Setting{"context-window", "CLAWFARM_CONTEXT_WINDOW", "input budget in tokens"}
 	SettingMaxTurns       = Setting{"max-turns", "CLAWFARM_MAX_TURNS", "turn limit"}
@@ -127,7 +127,7 @@ type Settings struct {
 	TraceTokenFile string
 	// TraceKeep is how many attempts' traces the state directory keeps; 0 means the default.
 	TraceKeep int
-	// ModelAPI is the wire (chat or responses); empty means the preset's.
+	// ModelAPI is the wire (chat, responses or responses-chained); empty means the preset's.
 	ModelAPI string
 	// MaxErrors is the consecutive tool error limit; 0 means the default (8).
 	MaxErrors int

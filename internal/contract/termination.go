@@ -28,6 +28,12 @@ const (
 	ReasonRigUnavailable      ExitReason = "rig_unavailable"
 	// ReasonMaxErrors: too many tool errors in a row (maxErrors, docs/engine.md, "Reading the loop").
 	ReasonMaxErrors ExitReason = "max_errors"
+	// ReasonContentFilter: the provider's content filter stopped a reply.
+	// The engine's ending, not the agent's verdict, so STUCK and retryable.
+	ReasonContentFilter ExitReason = "content_filter"
+	// ReasonSessionDeadline: the session's time budget (--session-seconds)
+	// is spent. A slow phone is not a lost task: STUCK and retryable.
+	ReasonSessionDeadline ExitReason = "session_deadline"
 )
 
 // Usage is the token usage of a session.

@@ -38,7 +38,7 @@ func (s *Session) ask(ctx context.Context, req *provider.Request) (*provider.Rep
 			return nil, s.cancelled()
 		case !s.cfg.Clock.Now().Before(s.deadline), pe.Class == provider.ClassCanceled:
 			// The call's only other deadline is the session budget.
-			return nil, s.budgetSpent()
+			return nil, s.sessionDeadline()
 		case pe.Class == provider.ClassContextOverflow:
 			s.overflows++
 			s.emit(events.Error(turn, string(pe.Class), pe.Error(), 0))
@@ -81,7 +81,7 @@ func (s *Session) ask(ctx context.Context, req *provider.Request) (*provider.Rep
 // sleep waits, ending the session when the wait outlives the budget or is cancelled.
 func (s *Session) sleep(ctx context.Context, d time.Duration) *Ending {
 	if !s.cfg.Clock.Now().Add(d).Before(s.deadline) {
-		return s.budgetSpent()
+		return s.sessionDeadline()
 	}
 	if err := s.cfg.Clock.Sleep(ctx, d); err != nil {
 		return s.cancelled()

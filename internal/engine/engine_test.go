@@ -229,7 +229,11 @@ func TestFinishReasons(t *testing.T) {
 	filtered := turn("peek", `{}`)
 	filtered.Finish = "content_filter"
 	h = newHarness(t, filtered)
-	want(t, h.run(context.Background()), contract.Fail, contract.ReasonFatalError, 1)
+	m := h.run(context.Background())
+	want(t, m, contract.Stuck, contract.ReasonContentFilter, contract.ExitStuck)
+	if !m.Retryable || h.rig.Calls() != 0 {
+		t.Errorf("content filter: retryable %v, rig calls %d; want a retryable STUCK and nothing run", m.Retryable, h.rig.Calls())
+	}
 }
 
 func TestRateLimitStormHonoursRetryAfter(t *testing.T) {
@@ -382,9 +386,9 @@ func TestSessionBudget(t *testing.T) {
 	h := newHarness(t, turn("peek", `{}`), slow, end("DONE"))
 	h.cfg.SessionBudget = 20 * time.Second
 	m := h.run(context.Background())
-	want(t, m, contract.Stuck, contract.ReasonBudgetExhausted, 13)
-	if m.Retryable {
-		t.Error("a spent budget is not retryable")
+	want(t, m, contract.Stuck, contract.ReasonSessionDeadline, contract.ExitStuck)
+	if !m.Retryable {
+		t.Error("a spent session time budget is retryable: a slow phone is not a lost task")
 	}
 }
 

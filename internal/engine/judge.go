@@ -34,8 +34,9 @@ func (s *Session) judge(ctx context.Context, reply *provider.Reply) (calls []pro
 	case provider.FinishContentFilter:
 		s.rejectCalls(calls, "not run: the provider's content filter stopped this reply")
 		s.emit(events.Error(s.state.Turn, "content_filter", "the provider's content filter stopped the reply", 0))
-		return nil, &Ending{Sentinel: contract.Fail, Reason: contract.ReasonFatalError,
-			Recap: "stopped: the model provider's content filter blocked the reply"}, false
+		// The engine's ending, not the agent's verdict that the task cannot
+		// be done: STUCK, and a fresh attempt may word things differently.
+		return nil, stuck(contract.ReasonContentFilter, "stopped: the model provider's content filter blocked the reply"), false
 	case provider.FinishLength:
 		return nil, s.malformedTurn(calls, "length", "", "Your reply was cut off by the output token limit, so its tool "+
 			"arguments may be incomplete; nothing was run. Resend the turn shorter: one note line and one action."), false

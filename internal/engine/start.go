@@ -54,7 +54,7 @@ func (s *Session) checkLimits(ctx context.Context) *Ending {
 		return s.cancelled()
 	}
 	if !s.cfg.Clock.Now().Before(s.deadline) {
-		return s.budgetSpent()
+		return s.sessionDeadline()
 	}
 	if s.state.Turn < s.cfg.MaxTurns {
 		return nil
@@ -73,7 +73,9 @@ func (s *Session) cancelled() *Ending {
 	return stuck(contract.ReasonUserCancel, "stopped: the attempt was cancelled (SIGTERM)")
 }
 
-func (s *Session) budgetSpent() *Ending {
-	return &Ending{Sentinel: contract.Stuck, Reason: contract.ReasonBudgetExhausted, Retryable: false,
-		Recap: fmt.Sprintf("stopped: the session budget of %s is spent", s.cfg.SessionBudget)}
+// sessionDeadline ends a session whose time budget is spent: STUCK and
+// retryable, since a stuck session is often only a slow phone (the input
+// token budgets, which are money, end it for good: budget.go).
+func (s *Session) sessionDeadline() *Ending {
+	return stuck(contract.ReasonSessionDeadline, fmt.Sprintf("stopped: the session's time budget of %s is spent", s.cfg.SessionBudget))
 }

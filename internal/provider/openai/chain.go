@@ -37,13 +37,16 @@ type checkpoint struct {
 	Covers []mark `json:"covers"`
 }
 
-// chain is the Responses wire's incremental state. The service keeps each
-// response's conversation, and a request may continue from a stored one
-// (previous_response_id) by sending only what comes after it. The service
-// cannot rewrite what it holds, while the engine rewrites its transcript:
+// chain is the chained Responses wire's incremental state (APIResponsesChained,
+// an explicit choice: the stateless wire is the default). The service keeps
+// each response's conversation, and a request may continue from a stored
+// one (previous_response_id) by sending only what comes after it. The
+// service cannot rewrite what it holds, while the engine rewrites its
+// transcript:
 //   - a superseded screen (latest screen wins) stays in the service's
 //     conversation as it was sent, screen and full result, up to
-//     staleScreens of them; one more and the chain starts over;
+//     staleScreens of them; one more and the chain starts over. The model
+//     reads those stale screens, and every request bills them as input;
 //   - any other rewrite (a fold, a cut result, a renamed call) starts the
 //     chain over with the whole compacted transcript.
 //

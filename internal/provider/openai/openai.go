@@ -1,9 +1,10 @@
 // Package openai is the OpenAI adapter, through go-openai, with two wires:
 // Chat Completions (the whole context every request), which OpenAI itself,
 // Qwen, Moonshot, DeepSeek, Google's OpenAI-compatible endpoint, vLLM,
-// Ollama and any other compatible server speak; and OpenAI's Responses API,
-// whose stored responses let a request send only what is new
-// (responses.go, chain.go).
+// Ollama and any other compatible server speak; and OpenAI's Responses API
+// (responses.go), stateless by default (store: false, the whole compacted
+// transcript every request, as on the chat wire) or chained on the
+// service's stored responses (chain.go).
 package openai
 
 import (
@@ -30,14 +31,12 @@ type Config struct {
 	MaxCompletionTokensField bool
 	// NoStreamUsage leaves out stream_options.include_usage for servers that refuse it.
 	NoStreamUsage bool
-	// API is the wire: APIChat (the default) or APIResponses.
+	// API is the wire: APIChat (the default), APIResponses (stateless) or
+	// APIResponsesChained (previous_response_id).
 	API string
-	// NoStore sends store:false on the Responses wire: the service keeps no
-	// response, so previous_response_id cannot be used and every request
-	// carries the whole transcript, with reasoning returned encrypted.
-	NoStore bool
-	// StaleScreens is how many superseded screens the Responses chain may
-	// keep before it starts over (chain.go); 0: DefaultStaleScreens, <0: none.
+	// StaleScreens is how many superseded screens the chained Responses
+	// wire may keep on the service before it starts over (chain.go); 0:
+	// DefaultStaleScreens, <0: none.
 	StaleScreens int
 }
 
@@ -85,7 +84,7 @@ func (a *Adapter) Stream(ctx context.Context, req *provider.Request, sink provid
 	if sink == nil {
 		sink = provider.NopSink{}
 	}
-	if a.cfg.API == APIResponses {
+	if a.cfg.API == APIResponses || a.cfg.API == APIResponsesChained {
 		return a.responses(ctx, req, sink)
 	}
 	sp := provider.NewSplicer()

@@ -101,3 +101,86 @@ func indexOfResult(t *testing.T, msgs []json.RawMessage, callID string) int {
 	t.Fatalf("no result for %s", callID)
 	return -1
 }
+
+// TestResponsesPrefixStableAcrossTurns is the same check on the stateless
+// Responses wire: the instructions are the system prompt alone and the
+// tools never change, and each request's input repeats the previous one's
+// items byte for byte up to the previous turn's screen result, so the
+// provider's prompt cache serves the same share as on the chat wire. The
+// pinned tail is the input's end, as on the chat wire; reasoning goes back
+// as encrypted items without ids.
+func TestResponsesPrefixStableAcrossTurns(t *testing.T) {
+	const turns = 34
+	a := New(Config{Options: provider.Options{Model: "gpt", APIKey: "k"}, API: APIResponses})
+	type body struct {
+		Instructions string            `json:"instructions"`
+		Input        []json.RawMessage `json:"input"`
+		Tools        json.RawMessage   `json:"tools"`
+		Store        *bool             `json:"store"`
+		Previous     string            `json:"previous_response_id"`
+	}
+	var prev body
+	var prevPinned int
+	for n, req := range pt.EngineSession(turns) {
+		raw, err := json.Marshal(a.encodeStateless(req, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b body
+		if err := json.Unmarshal(raw, &b); err != nil {
+			t.Fatal(err)
+		}
+		if b.Instructions != req.System || b.Store == nil || *b.Store || b.Previous != "" {
+			t.Fatalf("request %d: instructions %q, store %v, previous %q; want the system prompt alone, store false, no previous response",
+				n, b.Instructions, b.Store, b.Previous)
+		}
+		for i, it := range b.Input {
+			pinned := i >= len(b.Input)-req.Pinned
+			if isPinned := strings.Contains(string(it), "[Pinned") || strings.Contains(string(it), "[Compaction after this turn"); isPinned != pinned {
+				t.Errorf("request %d: item %d pinned %v, want %v: %s", n, i, isPinned, pinned, it)
+			}
+			if strings.Contains(string(it), `"type":"reasoning"`) &&
+				(strings.Contains(string(it), `"id"`) || !strings.Contains(string(it), `"encrypted_content":"enc-`)) {
+				t.Errorf("request %d: reasoning item %s, want its encrypted content and no id", n, it)
+			}
+		}
+		if n == 0 {
+			prev, prevPinned = b, req.Pinned
+			continue
+		}
+		if string(b.Tools) != string(prev.Tools) {
+			t.Errorf("request %d: the tools changed", n)
+		}
+		same := 0
+		for same < len(prev.Input) && same < len(b.Input) && string(prev.Input[same]) == string(b.Input[same]) {
+			same++
+		}
+		want := len(prev.Input) - prevPinned
+		if n >= 2 {
+			want = indexOfOutput(t, prev.Input, fmt.Sprintf("call_%d_1", n-2))
+		}
+		if n == compaction.FoldAt {
+			want = 1 // the fold rewrites all after the opening message
+		}
+		if same != want {
+			t.Errorf("request %d repeats the first %d items of request %d, want %d; first difference:\n%s\nvs\n%s",
+				n, same, n-1, want, prev.Input[min(same, len(prev.Input)-1)], b.Input[min(same, len(b.Input)-1)])
+		}
+		prev, prevPinned = b, req.Pinned
+	}
+}
+
+func indexOfOutput(t *testing.T, items []json.RawMessage, callID string) int {
+	t.Helper()
+	for i, it := range items {
+		var o struct {
+			Type   string `json:"type"`
+			CallID string `json:"call_id"`
+		}
+		if json.Unmarshal(it, &o) == nil && o.Type == "function_call_output" && o.CallID == callID {
+			return i
+		}
+	}
+	t.Fatalf("no output for %s", callID)
+	return -1
+}

@@ -14,12 +14,15 @@ import (
 	"github.com/clawfarm/clawfarm/internal/provider"
 )
 
-// The wires of the adapter (docs/engine.md, "The Responses wire"): the
-// Responses API with incremental state, and Chat Completions with the whole
-// context.
+// The wires of the adapter (docs/engine.md, "The Responses wire"): Chat
+// Completions with the whole context; the Responses API stateless, with the
+// whole context too (store: false, the default of the openai preset); and
+// the Responses API chained on stored responses, each request sending only
+// what is new while the service keeps superseded screens.
 const (
-	APIChat      = "chat"
-	APIResponses = "responses"
+	APIChat             = "chat"
+	APIResponses        = "responses"
+	APIResponsesChained = "responses-chained"
 )
 
 // The Responses API's input items, as much of them as the adapter sends.
@@ -50,6 +53,14 @@ type (
 		CallID string `json:"call_id"`
 		Output string `json:"output"`
 	}
+	// reasoningInput is a reasoning item sent back without a stored
+	// response: its summary and its encrypted content, never its id (an id
+	// names an item the service would have to have stored).
+	reasoningInput struct {
+		Type             string          `json:"type"`
+		Summary          json.RawMessage `json:"summary"`
+		EncryptedContent string          `json:"encrypted_content"`
+	}
 )
 
 // outputItem is an output item as the stream's response.output_item.done carries it.
@@ -74,22 +85,31 @@ func (a *Adapter) ChainState() []byte { return a.chain.state() }
 // RestoreChain continues the stored responses of a snapshot.
 func (a *Adapter) RestoreChain(state []byte) error { return a.chain.restore(state) }
 
-// responses sends one request on the Responses wire. With store on it
+// responses sends one request on the Responses wire. Stateless, it sends
+// the whole request as the chat wire would and keeps nothing. Chained, it
 // continues from the newest stored response that the transcript still
 // starts with (chain.go); when the service no longer has that response it
 // starts over with the whole transcript, once.
 func (a *Adapter) responses(ctx context.Context, req *provider.Request, sink provider.Sink) (*provider.Reply, error) {
+	if a.cfg.API != APIResponsesChained {
+		sp := provider.NewSplicer()
+		rreq := a.encodeStateless(req, sp)
+		cctx, x := provider.WithExchange(provider.WithSplicer(ctx, sp))
+		reply, _, err := a.streamResponses(cctx, rreq, sink)
+		if err != nil {
+			return nil, a.classify(cctx, err, x)
+		}
+		reply.RequestBytes = x.RequestBytes
+		return reply, nil
+	}
 	n := len(req.Messages) - req.Pinned
 	transcript, pinned := req.Messages[:n], req.Messages[n:]
 	prints := fingerprints(transcript)
-	cont, continued := continuation{}, false
-	if !a.cfg.NoStore {
-		cont, continued = a.chain.from(transcript, prints)
-	}
+	cont, continued := a.chain.from(transcript, prints)
 	for {
 		sp := provider.NewSplicer()
 		sent := transcript[cont.start:]
-		rreq := a.encodeResponses(req, sent, pinned, cont.cp.ID, sp)
+		rreq := a.encodeChained(req, sent, pinned, cont.cp.ID, sp)
 		cctx, x := provider.WithExchange(provider.WithSplicer(ctx, sp))
 		reply, id, err := a.streamResponses(cctx, rreq, sink)
 		if err != nil {
@@ -103,7 +123,7 @@ func (a *Adapter) responses(ctx context.Context, req *provider.Request, sink pro
 			return nil, a.classify(cctx, err, x)
 		}
 		reply.RequestBytes = x.RequestBytes
-		if !a.cfg.NoStore && id != "" && !hasImages(pinned) {
+		if id != "" && !hasImages(pinned) {
 			covers := append(append(cont.cp.Covers[:len(cont.cp.Covers):len(cont.cp.Covers)], marks(sent, prints[cont.start:])...),
 				mark{F: fingerprint(&reply.Message)})
 			a.chain.add(checkpoint{ID: id, Covers: covers})
@@ -121,15 +141,26 @@ func hasImages(msgs []provider.Message) bool {
 	return false
 }
 
-// encodeResponses builds the request: the system prompt and the pinned
+// encodeStateless builds a request that depends on nothing the service
+// keeps: store false, the system prompt alone as instructions, and the
+// whole request — the compacted transcript, its superseded screens stubbed,
+// then the pinned tail — as input items, exactly the messages the chat wire
+// sends. What changes from turn to turn is at the end, so the instructions,
+// the tools and the input up to the previous screen's result repeat byte
+// for byte and the provider's prompt cache serves them. Reasoning comes
+// back encrypted and goes back as encrypted reasoning items.
+func (a *Adapter) encodeStateless(req *provider.Request, sp *provider.Splicer) goopenai.CreateResponseRequest {
+	store := false
+	rreq := a.responsesRequest(req, strings.TrimSpace(req.System), encodeItems(req.Messages, sp, true), &store)
+	rreq.Include = []goopenai.ResponseInclude{goopenai.ResponseIncludeReasoningEncryptedContent}
+	return rreq
+}
+
+// encodeChained builds a chained request: the system prompt and the pinned
 // tail as instructions (not carried to the next response, so the chain
 // holds only the transcript), the transcript from the checkpoint on as
 // input items, and the tools.
-func (a *Adapter) encodeResponses(req *provider.Request, msgs, pinned []provider.Message, previous string, sp *provider.Splicer) goopenai.CreateResponseRequest {
-	maxTokens := req.MaxTokens
-	if maxTokens <= 0 {
-		maxTokens = a.cfg.MaxTokens
-	}
+func (a *Adapter) encodeChained(req *provider.Request, msgs, pinned []provider.Message, previous string, sp *provider.Splicer) goopenai.CreateResponseRequest {
 	instructions := []string{req.System}
 	var fresh []provider.Message
 	for _, m := range pinned {
@@ -140,19 +171,27 @@ func (a *Adapter) encodeResponses(req *provider.Request, msgs, pinned []provider
 			fresh = append(fresh, provider.Message{Role: provider.RoleUser, Images: m.Images})
 		}
 	}
-	store := !a.cfg.NoStore
-	rreq := goopenai.CreateResponseRequest{
-		Model:              a.cfg.Model,
-		Instructions:       strings.TrimSpace(strings.Join(instructions, "\n\n")),
-		Input:              encodeItems(append(msgs[:len(msgs):len(msgs)], fresh...), sp),
-		PreviousResponseID: previous,
-		MaxOutputTokens:    maxTokens,
-		Store:              &store,
-		Stream:             true,
+	store := true
+	rreq := a.responsesRequest(req, strings.TrimSpace(strings.Join(instructions, "\n\n")),
+		encodeItems(append(msgs[:len(msgs):len(msgs)], fresh...), sp, false), &store)
+	rreq.PreviousResponseID = previous
+	return rreq
+}
+
+// responsesRequest is what every Responses request has: the model, the
+// reply bound, the tools, store explicit, streamed.
+func (a *Adapter) responsesRequest(req *provider.Request, instructions string, input []any, store *bool) goopenai.CreateResponseRequest {
+	maxTokens := req.MaxTokens
+	if maxTokens <= 0 {
+		maxTokens = a.cfg.MaxTokens
 	}
-	if !store {
-		// Without stored responses, reasoning can only come back encrypted.
-		rreq.Include = []goopenai.ResponseInclude{goopenai.ResponseIncludeReasoningEncryptedContent}
+	rreq := goopenai.CreateResponseRequest{
+		Model:           a.cfg.Model,
+		Instructions:    instructions,
+		Input:           input,
+		MaxOutputTokens: maxTokens,
+		Store:           store,
+		Stream:          true,
 	}
 	for _, t := range req.Tools {
 		rreq.Tools = append(rreq.Tools, goopenai.NewResponseFunctionTool(goopenai.FunctionDefinition{
@@ -161,12 +200,18 @@ func (a *Adapter) encodeResponses(req *provider.Request, msgs, pinned []provider
 	return rreq
 }
 
-// EncodeItems converts transcript messages to Responses input items. The
-// screens of a user message are input images after the tool outputs, as on
-// the chat wire.
-func EncodeItems(msgs []provider.Message) []any { return encodeItems(msgs, nil) }
+// EncodeItems converts transcript messages to Responses input items as the
+// chained wire sends them. The screens of a user message are input images
+// after the tool outputs, as on the chat wire; reasoning items go back as
+// the service sent them.
+func EncodeItems(msgs []provider.Message) []any { return encodeItems(msgs, nil, false) }
 
-func encodeItems(msgs []provider.Message, sp *provider.Splicer) []any {
+// EncodeStatelessItems converts transcript messages to Responses input
+// items as the stateless wire sends them: as EncodeItems, but each
+// reasoning item as its summary and encrypted content only.
+func EncodeStatelessItems(msgs []provider.Message) []any { return encodeItems(msgs, nil, true) }
+
+func encodeItems(msgs []provider.Message, sp *provider.Splicer, stateless bool) []any {
 	out := make([]any, 0, len(msgs)+1)
 	for _, m := range msgs {
 		switch m.Role {
@@ -185,7 +230,11 @@ func encodeItems(msgs []provider.Message, sp *provider.Splicer) []any {
 			out = append(out, inputMessage{Type: "message", Role: "user", Content: content})
 		case provider.RoleAssistant:
 			for _, r := range m.ReasoningItems {
-				out = append(out, r)
+				if !stateless {
+					out = append(out, r)
+				} else if ri, ok := encryptedReasoning(r); ok {
+					out = append(out, ri)
+				}
 			}
 			if m.Text != "" || len(m.ToolCalls) == 0 {
 				out = append(out, inputMessage{Type: "message", Role: "assistant",
@@ -199,6 +248,23 @@ func encodeItems(msgs []provider.Message, sp *provider.Splicer) []any {
 		}
 	}
 	return out
+}
+
+// encryptedReasoning is a reasoning item as a stateless request carries
+// it. One without encrypted content can only be read back from a stored
+// response, so it is left out (ok false).
+func encryptedReasoning(raw json.RawMessage) (reasoningInput, bool) {
+	var it struct {
+		Summary          json.RawMessage `json:"summary"`
+		EncryptedContent string          `json:"encrypted_content"`
+	}
+	if json.Unmarshal(raw, &it) != nil || it.EncryptedContent == "" {
+		return reasoningInput{}, false
+	}
+	if len(it.Summary) == 0 || string(it.Summary) == "null" {
+		it.Summary = json.RawMessage(`[]`)
+	}
+	return reasoningInput{Type: "reasoning", Summary: it.Summary, EncryptedContent: it.EncryptedContent}, true
 }
 
 func nonEmptyReply(s string) string {

@@ -114,9 +114,10 @@ func (rs *responsesServer) forget() {
 	rs.stored = map[string][]json.RawMessage{}
 }
 
-func responsesAdapter(url string, noStore bool) *openai.Adapter {
+// responsesAdapter is the adapter on one of the two Responses wires.
+func responsesAdapter(url, api string) *openai.Adapter {
 	return openai.New(openai.Config{Options: provider.Options{BaseURL: url + "/v1", APIKey: "k", Model: "m",
-		IdleTimeout: time.Second}, API: openai.APIResponses, NoStore: noStore})
+		IdleTimeout: time.Second}, API: api})
 }
 
 // itemKey is what the model reads of an item, so a conversation the
@@ -199,7 +200,7 @@ func TestResponsesChainFollowsTheTranscript(t *testing.T) {
 	rs, srv := newResponsesServer(t)
 	newAdapter := func() *openai.Adapter {
 		return openai.New(openai.Config{Options: provider.Options{BaseURL: srv.URL + "/v1", APIKey: "k", Model: "m",
-			IdleTimeout: time.Second}, API: openai.APIResponses, StaleScreens: 2})
+			IdleTimeout: time.Second}, API: openai.APIResponsesChained, StaleScreens: 2})
 	}
 	s := &session{t: t, a: newAdapter(), transcript: []provider.Message{{Role: provider.RoleUser, Text: "set a timer"}}}
 	turn := func(wantPrevious string, wantInput int) {
@@ -347,29 +348,94 @@ func rawItems(t *testing.T, msgs []provider.Message) []json.RawMessage {
 	return out
 }
 
-// store:false: the service keeps nothing, so every request carries the
-// whole transcript and asks for the reasoning encrypted.
-func TestResponsesWithoutStore(t *testing.T) {
+// The stateless wire (the default): the service keeps nothing, so every
+// request is the chat wire's request — the whole compacted transcript,
+// superseded screens stubbed, then the pinned tail — with the system prompt
+// alone as instructions, store false and the reasoning asked for encrypted
+// and sent back as encrypted reasoning items. No request names a stored
+// response or item, and none carries a superseded screen.
+func TestResponsesStateless(t *testing.T) {
 	rs, srv := newResponsesServer(t)
-	s := &session{t: t, a: responsesAdapter(srv.URL, true), transcript: []provider.Message{{Role: provider.RoleUser, Text: "go"}}}
-	for range 3 {
+	s := &session{t: t, a: responsesAdapter(srv.URL, openai.APIResponses), transcript: []provider.Message{{Role: provider.RoleUser, Text: "go"}}}
+	for range 6 {
 		req := append([]provider.Message(nil), s.transcript...)
 		s.ask()
 		c := rs.last()
 		if c.store || c.previous != "" || len(c.include) != 1 || c.include[0] != "reasoning.encrypted_content" {
 			t.Errorf("turn %d: store %v previous %q include %v; want store false, no previous response, encrypted reasoning", s.turn, c.store, c.previous, c.include)
 		}
-		if len(c.input) != len(rawItems(t, req)) {
-			t.Errorf("turn %d: sent %d items, want the whole transcript (%d)", s.turn, len(c.input), len(rawItems(t, req)))
+		if c.instructions != "sys" {
+			t.Errorf("turn %d: instructions %q, want the system prompt alone", s.turn, c.instructions)
+		}
+		tail := provider.Message{Role: provider.RoleUser, Text: fmt.Sprintf("[plan] step %d in progress", s.turn)}
+		want := statelessItems(t, append(req, tail))
+		if got := c.input; len(got) != len(want) || strings.Join(rawStrings(got), "\n") != strings.Join(rawStrings(want), "\n") {
+			t.Errorf("turn %d: input\n%s\nwant the chat wire's request\n%s", s.turn, strings.Join(rawStrings(got), "\n"), strings.Join(rawStrings(want), "\n"))
+		}
+		if n := screens(decodeItems(t, c.input)); n > 1 {
+			t.Errorf("turn %d: the request carries %d screens, want the newest only", s.turn, n)
+		}
+		for _, it := range c.input {
+			if strings.Contains(string(it), `"id"`) {
+				t.Errorf("turn %d: an item names a stored item: %s", s.turn, it)
+			}
+		}
+		if s.turn > 1 && !strings.Contains(string(c.input[1]), `{"type":"reasoning","summary":[{"type":"summary_text","text":"thought 1"}],"encrypted_content":"enc1"}`) {
+			t.Errorf("turn %d: turn 1's reasoning went back as %s, want its summary and encrypted content", s.turn, c.input[1])
 		}
 	}
 	if st := s.a.ChainState(); st != nil {
-		t.Errorf("chain state without store: %s", st)
+		t.Errorf("chain state on the stateless wire: %s", st)
 	}
 }
 
-// The service's errors land in the engine's classes, on the HTTP answer and inside the stream.
+// A reasoning item without encrypted content cannot go back without a
+// stored response: the stateless wire leaves it out, the chained wire
+// sends it as it came.
+func TestStatelessReasoningNeedsEncryptedContent(t *testing.T) {
+	msgs := []provider.Message{{Role: provider.RoleAssistant, ReasoningItems: []json.RawMessage{
+		json.RawMessage(`{"type":"reasoning","id":"rs_1","summary":[]}`),
+		json.RawMessage(`{"type":"reasoning","id":"rs_2","encrypted_content":"e2"}`)},
+		ToolCalls: []provider.ToolCall{{ID: "c1", Name: "peek", Arguments: "{}"}}}}
+	got := strings.Join(rawStrings(statelessItems(t, msgs)), "\n")
+	want := `{"type":"reasoning","summary":[],"encrypted_content":"e2"}` + "\n" + `{"type":"function_call","call_id":"c1","name":"peek","arguments":"{}"}`
+	if got != want {
+		t.Errorf("stateless items\n%s\nwant\n%s", got, want)
+	}
+	if chained := rawStrings(rawItems(t, msgs)); len(chained) != 3 || chained[0] != `{"type":"reasoning","id":"rs_1","summary":[]}` {
+		t.Errorf("chained items %v, want the reasoning items verbatim", chained)
+	}
+}
+
+func statelessItems(t *testing.T, msgs []provider.Message) []json.RawMessage {
+	var out []json.RawMessage
+	for _, it := range openai.EncodeStatelessItems(msgs) {
+		b, err := json.Marshal(it)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+func rawStrings(items []json.RawMessage) []string {
+	out := make([]string, len(items))
+	for i, it := range items {
+		out[i] = string(it)
+	}
+	return out
+}
+
+// The service's errors land in the engine's classes, on the HTTP answer
+// and inside the stream, on both Responses wires.
 func TestResponsesErrorClasses(t *testing.T) {
+	for _, api := range []string{openai.APIResponses, openai.APIResponsesChained} {
+		responsesErrorClasses(t, api)
+	}
+}
+
+func responsesErrorClasses(t *testing.T, api string) {
 	for _, c := range []struct {
 		name   string
 		answer func(w http.ResponseWriter)
@@ -405,10 +471,10 @@ func TestResponsesErrorClasses(t *testing.T) {
 			io.WriteString(w, "data: {\"type\":\"response.created\",\"response\":{\"id\":\"r\"}}\n\n")
 		}, provider.ClassTimeout},
 	} {
-		t.Run(c.name, func(t *testing.T) {
+		t.Run(api+"/"+c.name, func(t *testing.T) {
 			rs, srv := newResponsesServer(t)
 			rs.failure = func(_ int, w http.ResponseWriter) bool { c.answer(w); return true }
-			_, err := responsesAdapter(srv.URL, false).Stream(context.Background(), simpleReq(), nil)
+			_, err := responsesAdapter(srv.URL, api).Stream(context.Background(), simpleReq(), nil)
 			if pe := provider.AsError(err); err == nil || pe.Class != c.want {
 				t.Fatalf("error %v, want class %s", err, c.want)
 			}

@@ -36,8 +36,8 @@ type Preset struct {
 	// (0: provider.DefaultIdleTimeout).
 	IdleTimeout time.Duration
 	// API is the default wire of a Chat Completions preset: openai.APIChat,
-	// or openai.APIResponses where the provider serves its newest models
-	// and features there first (OpenAI).
+	// or openai.APIResponses (stateless) where the provider serves its
+	// newest models and features there first (OpenAI).
 	API string
 	// FoldAt and FoldKeep are the preset's fold cadence in turns (0: the
 	// engine's default, 30/10), chosen for its prompt cache.
@@ -105,8 +105,8 @@ func (p Preset) APIFor(api string) (string, error) {
 		return p.API, nil
 	case api == "":
 		return openai.APIChat, nil
-	case api != openai.APIChat && api != openai.APIResponses:
-		return "", fmt.Errorf("unknown model API %q: want %s or %s", api, openai.APIChat, openai.APIResponses)
+	case api != openai.APIChat && api != openai.APIResponses && api != openai.APIResponsesChained:
+		return "", fmt.Errorf("unknown model API %q: want %s, %s or %s", api, openai.APIChat, openai.APIResponses, openai.APIResponsesChained)
 	case p.Wire == Messages:
 		return "", fmt.Errorf("the %s provider speaks its Messages API only; model API %q applies to OpenAI-style providers", p.Name, api)
 	}

@@ -39,8 +39,9 @@ func TestPresets(t *testing.T) {
 	}
 }
 
-// Each preset's wire: the openai preset defaults to the Responses API, the
-// other OpenAI-style presets to Chat Completions, and a run may choose;
+// Each preset's wire: the openai preset defaults to the stateless
+// Responses API, the other OpenAI-style presets to Chat Completions, and a
+// run may choose (the chained Responses wire only when asked for by name);
 // anthropic speaks its Messages API only.
 func TestAPIFor(t *testing.T) {
 	for _, c := range []struct {
@@ -48,6 +49,8 @@ func TestAPIFor(t *testing.T) {
 	}{
 		{"openai", "", "responses", ""},
 		{"openai", "chat", "chat", ""},
+		{"openai", "responses-chained", "responses-chained", ""},
+		{"anthropic", "responses-chained", "", "Messages API only"},
 		{"qwen", "", "chat", ""},
 		{"openai-compatible", "", "chat", ""},
 		{"openai-compatible", "Responses", "responses", ""},

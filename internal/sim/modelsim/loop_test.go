@@ -61,30 +61,70 @@ func runLoop(t *testing.T, bin, api, rigURL, modelURL, model, trigger string) (i
 	return code, m
 }
 
-// Every built-in scenario through the real loop, on both OpenAI wires: the sentinel, its exit
-// code and the ground truth. On the Responses wire the requests go to /v1/responses only, and
-// most continue a stored response.
+// Every built-in scenario through the real loop, on the OpenAI wires: the
+// sentinel, its exit code and the ground truth. On both Responses wires the
+// requests go to /v1/responses only and modelsim holds each to the
+// latest-screen rule (no refusal may happen); stateless, every request has
+// store false and none continues a stored response; chained, most continue
+// one, and modelsim reports the superseded screens the chains held.
 func TestScenariosThroughTheRealLoop(t *testing.T) {
 	bin := buildLoop(t)
-	for _, api := range []string{"chat", "responses"} {
+	for _, api := range []string{"chat", "responses", "responses-chained"} {
 		t.Run(api, func(t *testing.T) {
 			var w wireCount
 			scenariosThroughTheRealLoop(t, bin, api, &w)
+			r := w.report()
+			if len(r.Violations) > 0 {
+				t.Errorf("modelsim refused %d requests: %s", len(r.Violations), strings.Join(r.Violations, "; "))
+			}
 			switch {
 			case api == "chat" && (w.responses > 0 || w.chat == 0):
 				t.Errorf("chat wire: %d chat requests, %d responses requests", w.chat, w.responses)
-			case api == "responses" && (w.chat > 0 || w.responses == 0 || w.continued*2 < w.responses):
-				t.Errorf("responses wire: %d chat requests, %d responses requests, %d continuing; want every request on /v1/responses and most continuing a stored response",
+			case api == "responses" && (w.chat > 0 || w.responses == 0 || r.Stateless != r.Requests || r.Continued > 0):
+				t.Errorf("stateless responses wire: %d chat requests, %d responses requests, report %+v; want every request on /v1/responses with store false",
+					w.chat, w.responses, r)
+			case api == "responses-chained" && (w.chat > 0 || w.responses == 0 || w.continued*2 < w.responses):
+				t.Errorf("chained responses wire: %d chat requests, %d responses requests, %d continuing; want every request on /v1/responses and most continuing a stored response",
 					w.chat, w.responses, w.continued)
+			case api == "responses-chained" && (r.StaleScreens == 0 || r.MaxStaleScreens > 4):
+				t.Errorf("chained responses wire: report %+v; want stale screens held by the chains, at most 4 in one", r)
 			}
 		})
 	}
 }
 
-// wireCount counts the requests of each wire, and the Responses requests that continue a stored response.
+// wireCount counts the requests of each wire, and the Responses requests
+// that continue a stored response, and keeps the servers for their reports.
 type wireCount struct {
 	mu                         sync.Mutex
 	chat, responses, continued int
+	sims                       []*modelsim.Server
+}
+
+// serve wraps a new modelsim server of lib.
+func (c *wireCount) serve(lib modelsim.Library) http.Handler {
+	sim := modelsim.NewServer(lib)
+	c.mu.Lock()
+	c.sims = append(c.sims, sim)
+	c.mu.Unlock()
+	return c.wrap(sim.Handler())
+}
+
+// report adds up the servers' Responses reports.
+func (c *wireCount) report() modelsim.ResponsesReport {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out modelsim.ResponsesReport
+	for _, s := range c.sims {
+		r := s.ResponsesReport()
+		out.Requests += r.Requests
+		out.Stateless += r.Stateless
+		out.Continued += r.Continued
+		out.StaleScreens += r.StaleScreens
+		out.MaxStaleScreens = max(out.MaxStaleScreens, r.MaxStaleScreens)
+		out.Violations = append(out.Violations, r.Violations...)
+	}
+	return out
 }
 
 func (c *wireCount) wrap(h http.Handler) http.Handler {
@@ -107,7 +147,7 @@ func (c *wireCount) wrap(h http.Handler) http.Handler {
 }
 
 func scenariosThroughTheRealLoop(t *testing.T, bin, api string, count *wireCount) {
-	model := httptest.NewServer(count.wrap(modelsim.NewServer(builtin(t)).Handler()))
+	model := httptest.NewServer(count.serve(builtin(t)))
 	defer model.Close()
 	cases := []struct {
 		model, trigger string
@@ -137,7 +177,7 @@ func scenariosThroughTheRealLoop(t *testing.T, bin, api string, count *wireCount
 	}
 	// Misbehaviour: the loop rejects every wrong turn and the task still gets done; a flaky
 	// provider (429 with Retry-After, 500, a slow first byte, a stalled stream) is retried through.
-	extra := httptest.NewServer(count.wrap(modelsim.NewServer(testScenarios(t)).Handler()))
+	extra := httptest.NewServer(count.serve(testScenarios(t)))
 	defer extra.Close()
 	for _, c := range []struct {
 		model string

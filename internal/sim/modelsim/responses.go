@@ -95,16 +95,24 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "input: "+err.Error())
 		return
 	}
-	var prior storedResponse
+	prior, found := storedResponse{}, true
 	if req.PreviousResponseID != "" {
-		var found bool
-		if prior, found = s.stored(req.PreviousResponseID); !found {
-			writeErrorCode(w, http.StatusBadRequest, "invalid_request_error", "previous_response_not_found",
-				fmt.Sprintf("Previous response with id '%s' not found.", req.PreviousResponseID))
-			return
-		}
+		prior, found = s.stored(req.PreviousResponseID)
 	}
 	items := append(prior.items[:len(prior.items):len(prior.items)], input...)
+	stale, bad := s.checkScreens(req, input, items)
+	if bad != "" {
+		writeErrorCode(w, http.StatusBadRequest, "invalid_request_error", SupersededScreenCode, bad)
+		return
+	}
+	if !found {
+		writeErrorCode(w, http.StatusBadRequest, "invalid_request_error", "previous_response_not_found",
+			fmt.Sprintf("Previous response with id '%s' not found.", req.PreviousResponseID))
+		return
+	}
+	if stale > 0 {
+		w.Header().Set(StaleScreensHeader, fmt.Sprint(stale))
+	}
 	creq := chatRequest{Model: req.Model, Messages: chatMessages(req.Instructions, items), Tools: req.Tools}
 	if len(creq.Messages) == 0 {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "input must not be empty")
@@ -328,4 +336,100 @@ func (s *Server) streamResponse(w http.ResponseWriter, r *http.Request, resp res
 
 func writeErrorCode(w http.ResponseWriter, status int, typ, code, msg string) {
 	writeJSON(w, status, apiError{Error: apiErrorBody{Message: msg, Type: typ, Code: &code}})
+}
+
+// SupersededScreenCode is the error code of a Responses request that
+// breaks the latest-screen rule where it must hold: a request without
+// previous_response_id that carries a superseded screen, or a store:false
+// request that refers to anything stored (docs/modelsim.md, "Endpoints").
+const SupersededScreenCode = "modelsim_superseded_screen"
+
+// StaleScreensHeader is the response header that tells how many superseded
+// screens the conversation of a chained request holds.
+const StaleScreensHeader = "X-Modelsim-Stale-Screens"
+
+// ResponsesReport is what modelsim saw on the Responses wire: the requests,
+// the stateless ones (store false) and the ones that continued a stored
+// response, the superseded screens the chains held, and every request it
+// refused for carrying or referring to a superseded screen.
+type ResponsesReport struct {
+	Requests, Stateless, Continued int
+	// StaleScreens is the superseded screens of every continued request's
+	// conversation, added up; MaxStaleScreens the most in one.
+	StaleScreens, MaxStaleScreens int
+	// Violations are the refused requests, each with why.
+	Violations []string
+}
+
+// ResponsesReport returns what modelsim saw on the Responses wire so far.
+func (s *Server) ResponsesReport() ResponsesReport {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.report
+	r.Violations = append([]string(nil), r.Violations...)
+	return r
+}
+
+// checkScreens holds a Responses request to the latest-screen rule: only
+// the newest screen is alive. A request that continues no stored response
+// must carry no other screen, and one with store false must not refer to
+// anything stored (a previous response, an item reference, an item id) —
+// bad says how it broke the rule. A chained request's conversation holds
+// the screens superseded since they were sent: stale counts them.
+func (s *Server) checkScreens(req responsesRequest, input, conversation []item) (stale int, bad string) {
+	stateless := req.Store != nil && !*req.Store
+	switch {
+	case stateless && req.PreviousResponseID != "":
+		bad = fmt.Sprintf("a store:false request continues the stored response %s", req.PreviousResponseID)
+	case req.PreviousResponseID == "":
+		if n := screenMessages(input); n > 1 {
+			bad = fmt.Sprintf("a request without previous_response_id carries %d screens: every one but the newest is superseded and must be a stub", n)
+		}
+	default:
+		stale = max(0, screenMessages(conversation)-1)
+	}
+	if bad == "" && stateless {
+		for i, it := range input {
+			if it.Type == "item_reference" || it.ID != "" {
+				bad = fmt.Sprintf("a store:false request refers to the stored item %q (input[%d], %s)", it.ID, i, it.Type)
+				break
+			}
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.report.Requests++
+	if stateless {
+		s.report.Stateless++
+	}
+	if req.PreviousResponseID != "" && bad == "" {
+		s.report.Continued++
+		s.report.StaleScreens += stale
+		s.report.MaxStaleScreens = max(s.report.MaxStaleScreens, stale)
+	}
+	if bad != "" {
+		s.report.Violations = append(s.report.Violations, "modelsim: "+bad)
+	}
+	return stale, bad
+}
+
+// screenMessages counts the messages that carry an image: each is a screen.
+func screenMessages(items []item) int {
+	n := 0
+	for _, it := range items {
+		if it.Type != "message" {
+			continue
+		}
+		var parts []contentPart
+		if json.Unmarshal(it.Content, &parts) != nil {
+			continue
+		}
+		for _, p := range parts {
+			if p.Type == "input_image" {
+				n++
+				break
+			}
+		}
+	}
+	return n
 }

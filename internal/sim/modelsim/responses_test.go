@@ -145,3 +145,81 @@ func TestResponsesStreamEvents(t *testing.T) {
 		t.Errorf("arguments streamed for %d items, want 2", len(args))
 	}
 }
+
+// Only the newest screen is alive: modelsim refuses a request without
+// previous_response_id that carries a superseded screen, and a store:false
+// request that refers to anything stored (a previous response, an item id,
+// an item reference). A chained request may hold superseded screens on the
+// service: modelsim answers it, tells how many in a header, and reports them.
+func TestResponsesLatestScreenRule(t *testing.T) {
+	sim := modelsim.NewServer(builtin(t))
+	srv := httptest.NewServer(sim.Handler())
+	defer srv.Close()
+	screen := func(n int) map[string]any {
+		return map[string]any{"type": "message", "role": "user", "content": []map[string]any{
+			{"type": "input_text", "text": "The screen after peek:"},
+			{"type": "input_image", "image_url": "data:image/jpeg;base64,c2NyZWVu" + strings.Repeat("A", n*4), "detail": "auto"}}}
+	}
+	user := map[string]any{"type": "message", "role": "user", "content": []map[string]any{{"type": "input_text", "text": "set a timer"}}}
+	output := func(id string) map[string]any {
+		return map[string]any{"type": "function_call_output", "call_id": id, "output": "peeked\n" + homeListing}
+	}
+	call := func(id string) map[string]any {
+		return map[string]any{"type": "function_call", "call_id": id, "name": "peek", "arguments": "{}"}
+	}
+	post := func(body map[string]any) (int, responseBody, http.Header) {
+		t.Helper()
+		b, _ := json.Marshal(body)
+		resp, err := http.Post(srv.URL+"/v1/responses", "application/json", bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out responseBody
+		_ = json.NewDecoder(resp.Body).Decode(&out)
+		return resp.StatusCode, out, resp.Header
+	}
+	refused := 0
+	for _, c := range []struct {
+		name string
+		body map[string]any
+	}{
+		{"two screens, stateless", map[string]any{"model": "sim/timer", "store": false,
+			"input": []any{user, call("a"), output("a"), screen(1), call("b"), output("b"), screen(2)}}},
+		{"two screens, a new chain", map[string]any{"model": "sim/timer",
+			"input": []any{user, call("a"), output("a"), screen(1), call("b"), output("b"), screen(2)}}},
+		{"store false continuing a response", map[string]any{"model": "sim/timer", "store": false, "previous_response_id": "resp_x",
+			"input": []any{output("a")}}},
+		{"store false naming a stored item", map[string]any{"model": "sim/timer", "store": false,
+			"input": []any{user, map[string]any{"type": "reasoning", "id": "rs_1", "summary": []any{}}, call("a"), output("a"), screen(1)}}},
+		{"an item reference", map[string]any{"model": "sim/timer", "store": false,
+			"input": []any{user, map[string]any{"type": "item_reference", "id": "fc_1"}}}},
+	} {
+		code, r, _ := post(c.body)
+		if code != http.StatusBadRequest || r.Error.Code != modelsim.SupersededScreenCode {
+			t.Errorf("%s: %d %+v, want 400 %s", c.name, code, r.Error, modelsim.SupersededScreenCode)
+			continue
+		}
+		refused++
+	}
+	// Stateless with the newest screen only, superseded results stubbed: answered.
+	if code, _, _ := post(map[string]any{"model": "sim/timer", "store": false,
+		"input": []any{user, call("a"), map[string]any{"type": "function_call_output", "call_id": "a", "output": "(superseded peek) peeked"},
+			call("b"), output("b"), screen(2)}}); code != http.StatusOK {
+		t.Errorf("a stateless request with the newest screen only: %d, want 200", code)
+	}
+	// A chain: the stored conversation keeps its screen when the next one comes.
+	code, first, _ := post(map[string]any{"model": "sim/timer", "input": []any{user, call("a"), output("a"), screen(1)}})
+	if code != http.StatusOK {
+		t.Fatalf("the chain's first request: %d", code)
+	}
+	code, _, h := post(map[string]any{"model": "sim/timer", "previous_response_id": first.ID,
+		"input": []any{output(first.Output[0].CallID), output(first.Output[1].CallID), screen(2)}})
+	if code != http.StatusOK || h.Get(modelsim.StaleScreensHeader) != "1" {
+		t.Errorf("a chained request over a stored screen: %d, %s %q; want 200 and 1 stale screen", code, modelsim.StaleScreensHeader, h.Get(modelsim.StaleScreensHeader))
+	}
+	r := sim.ResponsesReport()
+	if len(r.Violations) != refused || r.Requests != refused+3 || r.Continued != 1 || r.StaleScreens != 1 || r.MaxStaleScreens != 1 || r.Stateless != 5 {
+		t.Errorf("report %+v, want %d violations, %d requests, 1 continued with 1 stale screen, 5 stateless", r, refused, refused+3)
+	}
+}

@@ -64,6 +64,7 @@ type Server struct {
 	served map[string]int            // fault key → times served
 	kept   map[string]storedResponse // stored responses by id
 	cache  *promptCache              // prompt prefixes, for the cached tokens in usage
+	report ResponsesReport           // what the Responses wire saw
 }
 
 // NewServer serves lib.

@@ -11,7 +11,8 @@ import (
 )
 
 // EngineSession builds the requests of a session the way the engine does:
-// every turn is [note, peek] with signed thinking, answered by the note's
+// every turn is [note, peek] with signed thinking (and, for the Responses
+// wire, an encrypted reasoning item as the service returns it), answered by the note's
 // result, the peek's listing and a user message with the screen; before
 // each request the compaction policy runs (latest screen wins, folds at 30
 // turns) and the pinned plan (different every turn) and any nudge are
@@ -40,6 +41,8 @@ func EngineSession(turns int) []*provider.Request {
 		note, peek := fmt.Sprintf("call_%d_0", n), fmt.Sprintf("call_%d_1", n)
 		transcript = append(transcript,
 			provider.Message{Role: provider.RoleAssistant, Reasoning: fmt.Sprintf("turn %d: look first", n), ReasoningSignature: fmt.Sprintf("sig-%d", n),
+				ReasoningItems: []json.RawMessage{json.RawMessage(fmt.Sprintf(
+					`{"type":"reasoning","id":"rs_%d","summary":[{"type":"summary_text","text":"turn %d: look first"}],"encrypted_content":"enc-%d"}`, n, n, n))},
 				ToolCalls: []provider.ToolCall{
 					{ID: note, Name: contract.ToolNote, Arguments: fmt.Sprintf(`{"summary":"looking at the screen, turn %d"}`, n)},
 					{ID: peek, Name: contract.ToolPeek, Arguments: `{}`}}},
