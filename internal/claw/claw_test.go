@@ -43,6 +43,7 @@ func TestMain(m *testing.M) {
 	if target := os.Getenv(proxyPodTarget); target != "" {
 		os.Exit(proxyPod(target, os.Getenv(proxyPodListen)))
 	}
+	testenv.MainNeeds(testenv.Assets)
 	var err error
 	if env, err = testenv.Start("../../config/crd/bases"); err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/clawfarm/clawfarm/internal/rignode"
+	"github.com/clawfarm/clawfarm/internal/testing/testenv"
 )
 
 // The test binary doubles as the program pods run: with RIGNODE_TEST_HELPER=1
@@ -49,6 +50,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv("RIGNODE_TEST_HELPER") == "1" {
 		os.Exit(helper(os.Args[1:]))
 	}
+	testenv.MainNeeds(testenv.Assets)
 	os.Exit(runSuite(m))
 }
 

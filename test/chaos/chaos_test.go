@@ -74,6 +74,7 @@ var (
 const ns = "farm"
 
 func TestChaos(t *testing.T) {
+	testenv.Needs(t, testenv.Assets)
 	sc := short
 	if os.Getenv("CHAOS") == "full" {
 		sc = full
