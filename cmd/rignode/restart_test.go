@@ -22,7 +22,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/clawfarm/clawfarm/internal/rignode"
 )
@@ -83,12 +82,7 @@ type host struct {
 
 func startHost(t *testing.T) *host {
 	t.Helper()
-	env := &envtest.Environment{}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
+	cfg := apiServer(t)
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
 	kc.AuthInfos["u"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
@@ -109,7 +103,9 @@ func startHost(t *testing.T) *host {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &host{t: t, cs: kubernetes.NewForConfigOrDie(cfg), nodeName: "restart-node", shared: filepath.Join(dir, "rig")}
+	// A node of the test's own on the shared API server: no other test's pods are bound to it.
+	node := "restart-" + strings.ToLower(strings.TrimPrefix(t.Name(), "Test"))
+	h := &host{t: t, cs: kubernetes.NewForConfigOrDie(cfg), nodeName: node, shared: filepath.Join(dir, "rig")}
 	h.args = []string{
 		"--kubeconfig", kubeconfig, "--node-name", h.nodeName, "--node-ip", "127.0.0.1",
 		"--port", fmt.Sprint(port), "--address", "127.0.0.1", "--anonymous-auth",
