@@ -255,7 +255,9 @@ func TestMixedModesKeepFIFOForQueueRuns(t *testing.T) {
 		p := podsOf(t, ns, "a0")
 		return len(p) == 1 && p[0].Status.Phase == corev1.PodRunning
 	})
-	time.Sleep(1100 * time.Millisecond) // creation times have one-second resolution; names order runs created within one
+	// The queue orders runs by creationTimestamp, which has one-second
+	// resolution, then by name: the runs are created in the order of their
+	// names, so that order is the queue's whether or not a second passes.
 	order := []struct {
 		name string
 		mode farmv1.QueueMode

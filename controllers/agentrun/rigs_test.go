@@ -71,8 +71,10 @@ func TestReleasedRigGoesStraightToTheNextRun(t *testing.T) {
 	create(t, newRun(ns, "a", "rig"))
 	waitPhase(t, ns, "a", farmv1.RunRunning)
 	lease := getLease(t, ns, "rig")
+	// The queue orders runs by creationTimestamp, which has one-second
+	// resolution, then by name: b, c and d are created in that order, so b is
+	// the oldest whether or not a second passes between them.
 	create(t, newRun(ns, "b", "rig"))
-	time.Sleep(1100 * time.Millisecond) // creationTimestamp has one-second resolution: b is older than c and d
 	cancelled := newRun(ns, "c", "rig")
 	cancelled.Spec.Cancel = true // a cancelled run never takes the rig
 	create(t, cancelled)

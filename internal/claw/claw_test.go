@@ -643,7 +643,9 @@ func TestWaitTimeout(t *testing.T) {
 }
 
 // makePod creates an attempt pod as the controller names and labels it
-// (internal/attempt/pod.go), started as its kubelet would report it.
+// (internal/attempt/pod.go), started as its kubelet would report it. Pods
+// are listed by creationTimestamp, which has one-second resolution, then by
+// name: a test makes its pods in the order of their names.
 func makePod(t *testing.T, run *farmv1.AgentRun, name string, attempt int32, age time.Duration) {
 	t.Helper()
 	pod := &corev1.Pod{
@@ -664,7 +666,6 @@ func makePod(t *testing.T, run *farmv1.AgentRun, name string, attempt int32, age
 	if err := env.Client.Status().Update(context.Background(), pod); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1100 * time.Millisecond) // creation timestamps have a second's resolution: keep the pods in order
 }
 
 // run --wait reads the attempt pod's log when it can, one line per turn.
