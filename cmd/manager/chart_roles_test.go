@@ -28,6 +28,7 @@ func renderRelease(t *testing.T, args ...string) []object {
 }
 
 func TestChartUserRolesAreConfigRBAC(t *testing.T) {
+	t.Parallel()
 	objs := renderRelease(t)
 	aggregation := func(o object) map[string]any {
 		out := map[string]any{}

@@ -23,6 +23,7 @@ import (
 
 // Every row of the sentinel table (README.md, docs/architecture.md), end to end on the API server.
 func TestSentinelTable(t *testing.T) {
+	t.Parallel()
 	crash := fakekubelet.Ending{After: 50 * time.Millisecond, ExitCode: 137, Reason: "OOMKilled"}
 	cases := []struct {
 		name     string
@@ -101,6 +102,7 @@ func TestSentinelTable(t *testing.T) {
 }
 
 func TestInfraRetryResumesAndIsCapped(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	makeRig(t, ns, "rig", nil)
 	scripts.set(ns, "evict", byPod(nil, fakekubelet.Ending{After: 50 * time.Millisecond, ExitCode: 143, Disruption: true}))
@@ -131,6 +133,7 @@ func TestInfraRetryResumesAndIsCapped(t *testing.T) {
 }
 
 func TestAttemptPodShape(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	rig := makeRig(t, ns, "rig", nil)
 	scripts.set(ns, "shape", byPod(nil, fakekubelet.Ending{Hang: true}))
@@ -225,6 +228,7 @@ func cancel(t *testing.T, ns, name string) {
 }
 
 func TestCancelStopsThePodAndReleasesTheRig(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	makeRig(t, ns, "rig", nil)
 	scripts.set(ns, "long", byPod(nil, fakekubelet.Ending{Hang: true}))
@@ -259,6 +263,7 @@ func TestCancelStopsThePodAndReleasesTheRig(t *testing.T) {
 // queued behind a busy rig, handed the rig and started, a counted STUCK, the
 // next attempt, the end.
 func TestEventOnEveryTransition(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	makeRig(t, ns, "rig", nil)
 	release := &atomic.Bool{}
@@ -317,6 +322,7 @@ func runEvents(t *testing.T, ns string) map[string][]string {
 // operator marks the node out of service (or deletes it). Then the attempt is
 // a free retry, which starts once the node is back.
 func TestUnreachableNodeKeepsItsAttemptUntilMarkedGone(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	rig := makeRig(t, ns, "rig", nil)
@@ -400,6 +406,7 @@ func TestManagerRestartLosesNothingAndCountsOnce(t *testing.T) {
 }
 
 func TestDeletedRunReleasesItsRig(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	makeRig(t, ns, "rig", nil)
 	scripts.set(ns, "doomed", byPod(nil, fakekubelet.Ending{Hang: true}))
@@ -423,6 +430,7 @@ func TestDeletedRunReleasesItsRig(t *testing.T) {
 // in status.nextAttemptTime and the Succeeded condition (the suite's base is
 // 2 s; status times have whole seconds).
 func TestStuckBacksOffBeforeTheFreshAttempt(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	makeRig(t, ns, "rig", nil)
 	scripts.set(ns, "again", byPod(map[string]fakekubelet.Ending{"again-a1": ends(contract.Stuck, true, "lost in a menu", 50*time.Millisecond)},
