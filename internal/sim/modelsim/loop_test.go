@@ -64,6 +64,7 @@ func TestScenariosThroughTheRealLoop(t *testing.T) {
 	bin := buildLoop(t)
 	for _, api := range []string{"chat", "responses"} {
 		t.Run(api, func(t *testing.T) {
+			t.Parallel() // each wire has model servers and rigs of its own
 			var w wireCount
 			scenariosThroughTheRealLoop(t, bin, api, &w)
 			switch {
