@@ -65,6 +65,7 @@ func apiServer(t *testing.T) *rest.Config {
 }
 
 func TestBadFlagsExitTwo(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{
 		{"--pull-images=false"},                                         // no way to run an image
 		{"--image-gc-keep-unused=-1"},                                   // a negative count
@@ -83,6 +84,7 @@ func TestBadFlagsExitTwo(t *testing.T) {
 // The command as the dev cluster starts it: a kubeconfig file, an image map
 // with a directory entry, a pod running /bin/sh.
 func TestRunsAPodFromTheCommandLine(t *testing.T) {
+	t.Parallel()
 	cfg := apiServer(t)
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
@@ -152,6 +154,7 @@ func TestRunsAPodFromTheCommandLine(t *testing.T) {
 }
 
 func TestHostMemoryIsAQuantity(t *testing.T) {
+	t.Parallel()
 	q, err := resource.ParseQuantity(hostMemory())
 	if err != nil || q.Value() <= 0 {
 		t.Fatalf("hostMemory() = %q: %v", hostMemory(), err)

@@ -234,6 +234,7 @@ func (h *host) waitTurns(name string, n int, timeout time.Duration, while string
 // process: same container ID and start time) and then reports how it ended,
 // with its termination message — not a restart, not a failure.
 func TestSessionOutlivesRignodeKill(t *testing.T) {
+	t.Parallel()
 	h := startHost(t)
 	h.sessionPod("kill", 160) // 8 s of turns
 	before := h.waitPod("kill", "Running", 30*time.Second, running)
@@ -277,6 +278,7 @@ func TestSessionOutlivesRignodeKill(t *testing.T) {
 // A rignode that stalls (SIGSTOP) does not stall its sessions: nothing it
 // should read fills up while it is stopped.
 func TestSessionRunsOnWhileRignodePaused(t *testing.T) {
+	t.Parallel()
 	h := startHost(t)
 	h.sessionPod("pause", 200) // 10 s of turns
 	h.waitPod("pause", "Running", 30*time.Second, running)
@@ -301,6 +303,7 @@ func TestSessionRunsOnWhileRignodePaused(t *testing.T) {
 // process (it has no pod to run for), and a new pod for the same rig starts
 // only once that process is gone.
 func TestRestartStopsProcessesOfDeletedPods(t *testing.T) {
+	t.Parallel()
 	h := startHost(t)
 	h.sessionPod("old", 100000)
 	h.waitPod("old", "Running", 30*time.Second, running)
@@ -354,6 +357,7 @@ func lastTurnAt(t *testing.T, file string) time.Time {
 // the operator's does): the restarted rignode never starts it and reports it
 // Failed, so whoever waits for it to end is not left waiting.
 func TestPodDeletedBeforeItStartedIsReportedEnded(t *testing.T) {
+	t.Parallel()
 	h := startHost(t)
 	h.kill()
 	pod := h.sessionPod("never", 20)

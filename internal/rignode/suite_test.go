@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -294,12 +295,11 @@ func newPod(t *testing.T, args ...string) *corev1.Pod {
 	}
 }
 
-var nsCounter int
+var nsCounter atomic.Int64
 
 func namespace(t *testing.T) string {
 	t.Helper()
-	nsCounter++
-	name := fmt.Sprintf("t%d-%s", nsCounter, strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")))
+	name := fmt.Sprintf("t%d-%s", nsCounter.Add(1), strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")))
 	if len(name) > 60 {
 		name = name[:60]
 	}
