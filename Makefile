@@ -146,18 +146,18 @@ test-sets: ## Fail when RACE_PKGS or NOCACHE_PKGS names a package that is not th
 
 .PHONY: test-plain
 test-plain: k8s helm s3gw test-sets ## Run the packages outside RACE_PKGS (half of make test).
-	$(STAGE) test -- $(TEST_SETS) run plain cached -- env $(TEST_TOOLS) $(GO) test $(GOTEST_BUILD) $(GOTEST_FLAGS)
-	$(STAGE) test -- $(TEST_SETS) run plain nocache -- env $(TEST_TOOLS) $(GO) test $(GOTEST_BUILD) $(GOTEST_FLAGS) -count=1
+	@$(STAGE) test -- $(TEST_SETS) run plain cached -- env $(TEST_TOOLS) $(GO) test $(GOTEST_BUILD) $(GOTEST_FLAGS)
+	@$(STAGE) test -- $(TEST_SETS) run plain nocache -- env $(TEST_TOOLS) $(GO) test $(GOTEST_BUILD) $(GOTEST_FLAGS) -count=1
 
 .PHONY: test-race
 test-race: k8s helm s3gw test-sets ## Run the concurrent packages (RACE_PKGS) under the race detector (half of make test).
-	$(STAGE) race -- $(TEST_SETS) run race cached -- env $(TEST_TOOLS) $(GO) test -race $(GOTEST_BUILD) $(GOTEST_FLAGS)
-	$(STAGE) race -- $(TEST_SETS) run race nocache -- env $(TEST_TOOLS) $(GO) test -race $(GOTEST_BUILD) $(GOTEST_FLAGS) -count=1
+	@$(STAGE) race -- $(TEST_SETS) run race cached -- env $(TEST_TOOLS) $(GO) test -race $(GOTEST_BUILD) $(GOTEST_FLAGS)
+	@$(STAGE) race -- $(TEST_SETS) run race nocache -- env $(TEST_TOOLS) $(GO) test -race $(GOTEST_BUILD) $(GOTEST_FLAGS) -count=1
 
 .PHONY: unit
 unit: ## Run every test that needs no API server, without the race detector: the envtest suites say they skip.
-	$(TEST_SETS) run all cached -- env -u KUBEBUILDER_ASSETS -u HELM -u VERSITYGW -u CLAWFARM_TEST_STRICT $(GO) test $(GOTEST_BUILD) $(GOTEST_FLAGS)
-	$(TEST_SETS) run all nocache -- env -u KUBEBUILDER_ASSETS -u HELM -u VERSITYGW -u CLAWFARM_TEST_STRICT $(GO) test $(GOTEST_BUILD) $(GOTEST_FLAGS) -count=1
+	@$(TEST_SETS) run all cached -- env -u KUBEBUILDER_ASSETS -u HELM -u VERSITYGW -u CLAWFARM_TEST_STRICT $(GO) test $(GOTEST_BUILD) $(GOTEST_FLAGS)
+	@$(TEST_SETS) run all nocache -- env -u KUBEBUILDER_ASSETS -u HELM -u VERSITYGW -u CLAWFARM_TEST_STRICT $(GO) test $(GOTEST_BUILD) $(GOTEST_FLAGS) -count=1
 
 .PHONY: bench-operator
 bench-operator: k8s ## Operator benchmark: 200 rigs, 1,000 runs on envtest, then the same work as Indexed Jobs run by kube-controller-manager's Job controller.

@@ -81,6 +81,7 @@ case "${1:-}" in
     [ "${1:-}" = "--" ] && shift
     mapfile -t pkgs < <(members "$kind" "$cache")
     if [ ${#pkgs[@]} -eq 0 ]; then exit 0; fi
+    echo "test-sets: $kind $cache, ${#pkgs[@]} packages: $*" >&2
     exec "$@" "${pkgs[@]}" ;;
   *) sed -n '2,13p' "$0" >&2; exit 2 ;;
 esac
