@@ -201,7 +201,11 @@ dev-status: ## Show the dev cluster's processes.
 demo: k8s ## The main job: dev cluster up, one sample AgentRun per sentinel, watched to the end.
 	$(DEVCLUSTER) demo --dir $(DEV_DIR) --rigs $(DEV_RIGS)
 
+# The e2e tests mostly wait on their rigs' simulated latencies, each on a rig
+# of its own (test/e2e's rigCount): they run all at once, not GOMAXPROCS at a time.
+E2E_PARALLEL ?= 16
+
 .PHONY: e2e
 e2e: k8s ## End-to-end suite on a fresh dev cluster of its own (real scheduler, CronJob controller, the UI in headless Chromium).
 	hack/install-chromium.sh >/dev/null
-	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh --print) $(GO) test -tags e2e -count=1 -v -timeout 20m ./test/e2e/
+	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh --print) $(GO) test -tags e2e -count=1 -v -parallel $(E2E_PARALLEL) -timeout 20m ./test/e2e/
