@@ -158,6 +158,7 @@ test-race: k8s helm s3gw test-sets ## Run the concurrent packages (RACE_PKGS) un
 unit: ## Run every test that needs no API server, without the race detector: the envtest suites say they skip.
 	@$(TEST_SETS) run all cached -- env -u KUBEBUILDER_ASSETS -u HELM -u VERSITYGW -u CLAWFARM_TEST_STRICT $(GO) test $(GOTEST_BUILD) $(GOTEST_FLAGS)
 	@$(TEST_SETS) run all nocache -- env -u KUBEBUILDER_ASSETS -u HELM -u VERSITYGW -u CLAWFARM_TEST_STRICT $(GO) test $(GOTEST_BUILD) $(GOTEST_FLAGS) -count=1
+	@echo "make unit: the envtest suites (a TestMain calling testenv.MainNeeds) and the tests needing helm or the S3 gateway skipped, saying so under go test -v; make test runs them"
 
 .PHONY: bench-operator
 bench-operator: k8s ## Operator benchmark: 200 rigs, 1,000 runs on envtest, then the same work as Indexed Jobs run by kube-controller-manager's Job controller.
