@@ -32,7 +32,7 @@ GOTEST_FLAGS  ?=
 # -trimpath keeps the package's directory out of the build's cache key, so a
 # fresh clone in another folder reuses the compiled tests.
 GOTEST_BUILD  ?= -trimpath
-TEST_SETS      = RACE_PKGS="$(RACE_PKGS)" NOCACHE_PKGS="$(NOCACHE_PKGS)" hack/test-sets.sh
+TEST_SETS      = env RACE_PKGS="$(RACE_PKGS)" NOCACHE_PKGS="$(NOCACHE_PKGS)" hack/test-sets.sh
 # What the tests run on, built by `make k8s helm s3gw`; CLAWFARM_TEST_STRICT=1
 # makes a suite whose tool is missing fail instead of skipping.
 TEST_TOOLS     = KUBEBUILDER_ASSETS="$$(hack/build-k8s.sh --print)" HELM="$$(hack/build-helm.sh --print)" \
