@@ -6,11 +6,39 @@ SHELL := /usr/bin/env bash -o pipefail
 GO            ?= go
 K8S_VERSION   ?= v1.37.2
 CONTROLLER_GEN = $(GO) tool controller-gen
-# Packages whose tests start goroutines; CI runs them under the race detector.
-RACE_PKGS     ?= ./internal/... ./controllers/... ./cmd/...
-# -count=1: a test result is never taken from the cache (the chaos test runs
-# a manager binary it builds, which the cache cannot see).
-GOTEST_FLAGS  ?= -count=1
+# The concurrent packages: their code or their tests run something beside
+# the test's goroutine — a `go` statement, an HTTP server, a controller
+# manager, rignode or the fake kubelet in the test's process. `make test`
+# runs these under the race detector and every other package without it, so
+# each package is tested once (hack/test-sets.sh check fails on a stale
+# entry). test/bench and test/chaos are left out: their managers run as
+# processes of their own, built without -race.
+RACE_PKGS     ?= ./cmd/loop ./cmd/manager ./cmd/modelsim ./cmd/rignode ./cmd/rigsim \
+	./controllers/agentrun ./controllers/devicerig \
+	./internal/claw ./internal/dev/devcluster ./internal/engine ./internal/engine/snapshot \
+	./internal/progress ./internal/provider/openai ./internal/rig ./internal/rignode \
+	./internal/sim/modelsim ./internal/sim/rigsim ./internal/testing/fakekubelet \
+	./internal/toolpolicy ./internal/trace ./internal/trace/upload ./test/sharding
+# A test result comes from go test's cache while nothing the test read —
+# its code, the files it opened, the environment variables it looked up — has
+# changed (GOTEST_FLAGS=-count=1 runs everything afresh). Packages whose
+# results depend on something else go here and always run (-count=1). None
+# do now: the tests that build a command and run it (the chaos test, the
+# scale benchmark, modelsim's loop test) read its sources through
+# internal/testing/gobuild, envtest's binaries and helm's are named by
+# environment variables, and the chart tests read the chart helm renders.
+NOCACHE_PKGS  ?=
+GOTEST_FLAGS  ?=
+# -trimpath keeps the package's directory out of the build's cache key, so a
+# fresh clone in another folder reuses the compiled tests.
+GOTEST_BUILD  ?= -trimpath
+TEST_SETS      = env RACE_PKGS="$(RACE_PKGS)" NOCACHE_PKGS="$(NOCACHE_PKGS)" hack/test-sets.sh
+# What the tests run on, built by `make k8s helm s3gw`; CLAWFARM_TEST_STRICT=1
+# makes a suite whose tool is missing fail instead of skipping.
+TEST_TOOLS     = KUBEBUILDER_ASSETS="$$(hack/build-k8s.sh --print)" HELM="$$(hack/build-helm.sh --print)" \
+	VERSITYGW="$$(hack/build-versitygw.sh --print)" CLAWFARM_TEST_STRICT=1
+# hack/stage.sh times a stage for `make ci`'s table (CI_STAGES) and runs it.
+STAGE          = hack/stage.sh
 # What a vulnerability in the standard library does to `make vulncheck`: the
 # toolchain is the machine's (GOTOOLCHAIN=local), so it warns unless set to fail.
 VULNCHECK_STDLIB ?= warn
@@ -32,11 +60,21 @@ manifests: ## Generate CRDs and RBAC from the markers.
 	@mkdir -p charts/clawfarm/crds charts/clawfarm/files && cp config/crd/bases/*.yaml charts/clawfarm/crds/
 	@for r in role loop_role followup_role; do sed -n '/^rules:/,$$p' config/rbac/$$r.yaml | tail -n +2 > charts/clawfarm/files/$$r-rules.yaml; done
 
+GENERATED = api config charts/clawfarm/crds charts/clawfarm/files
+
+# The generators rewrite every file they make: a file that comes out the same
+# gets its old modification time back, since go test's cache keys on it (the
+# tests that read the CRDs, the chart or api/ would otherwise all run again).
 .PHONY: verify-generated
-verify-generated: generate manifests ## Fail when generated files differ from what is committed.
-	@if [ -n "$$(git status --porcelain -- api config charts/clawfarm/crds charts/clawfarm/files)" ]; then \
+verify-generated: ## Fail when generated files differ from what is committed.
+	@snap=$$(mktemp -d); trap 'rm -rf "$$snap"' EXIT; \
+	git ls-files -z -- $(GENERATED) | xargs -0 cp -a --parents -t "$$snap"; \
+	$(MAKE) --no-print-directory generate manifests; \
+	git ls-files -z -- $(GENERATED) | while IFS= read -r -d '' f; do \
+		if cmp -s "$$f" "$$snap/$$f"; then touch -r "$$snap/$$f" "$$f"; fi; done; \
+	if [ -n "$$(git status --porcelain -- $(GENERATED))" ]; then \
 		echo "generated files are stale; run 'make generate manifests' and commit:"; \
-		git status --porcelain -- api config charts/clawfarm/crds charts/clawfarm/files; git diff --stat -- api config; exit 1; fi
+		git status --porcelain -- $(GENERATED); git diff --stat -- api config; exit 1; fi
 
 .PHONY: fmt
 fmt: ## gofmt the tree.
@@ -110,12 +148,27 @@ s3gw: ## Build (once) the pinned Versity S3 gateway from source into the cache (
 	hack/build-versitygw.sh >/dev/null
 
 .PHONY: test
-test: k8s helm s3gw ## Run every test: envtest on the real kube-apiserver and etcd, the chart through helm, the S3 store on a real S3 server.
-	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh --print) HELM=$$(hack/build-helm.sh --print) VERSITYGW=$$(hack/build-versitygw.sh --print) $(GO) test $(GOTEST_FLAGS) ./...
+test: test-plain test-race ## Run every test, each package once: envtest on the real kube-apiserver and etcd, the chart through helm, the S3 store on a real S3 server, the concurrent packages under the race detector.
+
+.PHONY: test-sets
+test-sets: ## Fail when RACE_PKGS or NOCACHE_PKGS names a package that is not there; print the sets' sizes.
+	@$(TEST_SETS) check
+
+.PHONY: test-plain
+test-plain: k8s helm s3gw test-sets ## Run the packages outside RACE_PKGS (half of make test).
+	@$(STAGE) test -- $(TEST_SETS) run plain cached -- env $(TEST_TOOLS) $(GO) test $(GOTEST_BUILD) $(GOTEST_FLAGS)
+	@$(STAGE) test -- $(TEST_SETS) run plain nocache -- env $(TEST_TOOLS) $(GO) test $(GOTEST_BUILD) $(GOTEST_FLAGS) -count=1
 
 .PHONY: test-race
-test-race: k8s helm s3gw ## Run the concurrent packages under the race detector.
-	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh --print) HELM=$$(hack/build-helm.sh --print) VERSITYGW=$$(hack/build-versitygw.sh --print) $(GO) test -race $(GOTEST_FLAGS) $(RACE_PKGS)
+test-race: k8s helm s3gw test-sets ## Run the concurrent packages (RACE_PKGS) under the race detector (half of make test).
+	@$(STAGE) race -- $(TEST_SETS) run race cached -- env $(TEST_TOOLS) $(GO) test -race $(GOTEST_BUILD) $(GOTEST_FLAGS)
+	@$(STAGE) race -- $(TEST_SETS) run race nocache -- env $(TEST_TOOLS) $(GO) test -race $(GOTEST_BUILD) $(GOTEST_FLAGS) -count=1
+
+.PHONY: unit
+unit: ## Run every test that needs no API server, without the race detector: the envtest suites say they skip.
+	@$(TEST_SETS) run all cached -- env -u KUBEBUILDER_ASSETS -u HELM -u VERSITYGW -u CLAWFARM_TEST_STRICT $(GO) test $(GOTEST_BUILD) $(GOTEST_FLAGS)
+	@$(TEST_SETS) run all nocache -- env -u KUBEBUILDER_ASSETS -u HELM -u VERSITYGW -u CLAWFARM_TEST_STRICT $(GO) test $(GOTEST_BUILD) $(GOTEST_FLAGS) -count=1
+	@echo "make unit: the envtest suites (a TestMain calling testenv.MainNeeds) and the tests needing helm or the S3 gateway skipped, saying so under go test -v; make test runs them"
 
 .PHONY: bench-operator
 bench-operator: k8s ## Operator benchmark: 200 rigs, 1,000 runs on envtest, then the same work as Indexed Jobs run by kube-controller-manager's Job controller.
@@ -134,7 +187,8 @@ bench-engine: ## Engine benchmark: a 300-turn scripted session, the OpenAI wires
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 30m ./internal/engine/...
 
 .PHONY: ci
-ci: verify-fmt vet staticcheck vulncheck verify-generated chart-check test test-race e2e ## What .ci/run runs.
+ci: ## What .ci/run runs: gofmt, vet, staticcheck, vulncheck, the generated code, the chart, make test, make e2e; then each stage's time.
+	MAKE="$(MAKE)" hack/ci-stages.sh
 
 ##@ Dev cluster
 
@@ -158,7 +212,14 @@ dev-status: ## Show the dev cluster's processes.
 demo: k8s ## The main job: dev cluster up, one sample AgentRun per sentinel, watched to the end.
 	$(DEVCLUSTER) demo --dir $(DEV_DIR) --rigs $(DEV_RIGS)
 
+# The e2e tests mostly wait on their rigs' simulated latencies, each on a rig
+# of its own (test/e2e's rigCount): eight at once, not GOMAXPROCS (two) at a
+# time. All sixteen at once loaded the two cores enough that TestCancel's
+# cancel once came after the session's Start tap; eight take about as long,
+# since the suite is as long as its slowest tests.
+E2E_PARALLEL ?= 8
+
 .PHONY: e2e
 e2e: k8s ## End-to-end suite on a fresh dev cluster of its own (real scheduler, CronJob controller, the UI in headless Chromium).
 	hack/install-chromium.sh >/dev/null
-	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh --print) $(GO) test -tags e2e -count=1 -v -timeout 20m ./test/e2e/
+	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh --print) $(GO) test -tags e2e -count=1 -v -parallel $(E2E_PARALLEL) -timeout 20m ./test/e2e/

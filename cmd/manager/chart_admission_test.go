@@ -48,6 +48,7 @@ func objectKey(o object) string {
 }
 
 func TestChartAdmissionIsConfigAdmission(t *testing.T) {
+	t.Parallel()
 	chart := map[string]object{}
 	for _, o := range renderRelease(t) {
 		if isAdmission(o) {
@@ -84,6 +85,7 @@ func TestChartAdmissionIsConfigAdmission(t *testing.T) {
 }
 
 func TestChartAdmissionValues(t *testing.T) {
+	t.Parallel()
 	for _, o := range renderRelease(t, "--set", "admission.enabled=false") {
 		if isAdmission(o) {
 			t.Errorf("admission.enabled=false renders %s", objectKey(o))
@@ -166,6 +168,7 @@ func expressions(p object) string {
 
 // The default model endpoints are the provider presets' own.
 func TestChartAdmissionDefaultsArePresetEndpoints(t *testing.T) {
+	t.Parallel()
 	var want []string
 	for _, name := range presets.Names() {
 		p, err := presets.Lookup(name)
@@ -189,6 +192,7 @@ func TestChartAdmissionDefaultsArePresetEndpoints(t *testing.T) {
 // spec.cancel only: the policies name every other field, so a field added
 // to the CRD must be added to them (charts/clawfarm/templates/_admission.tpl).
 func TestChartAdmissionFieldListsCoverTheCRD(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile("../../config/crd/bases/farm.clawfarm.dev_agentruns.yaml")
 	if err != nil {
 		t.Fatal(err)

@@ -26,6 +26,7 @@ var clusterScoped = map[string]bool{"nodes": true, "tokenreviews": true, "subjec
 // are exactly those of config/rbac/role.yaml. manager.clusterWide puts the
 // ClusterRoleBinding back.
 func TestChartManagerReachesOnlyItsNamespaces(t *testing.T) {
+	t.Parallel()
 	objs := renderChart(t, "--set", "runs.namespaces={team-a,team-b}")
 	if f := chartManagerFlags(t, managerDeployment(t, objs)); *f.watchNamespaces != "team-a,team-b" {
 		t.Errorf("--watch-namespaces=%q, want the run namespaces", *f.watchNamespaces)
@@ -76,6 +77,7 @@ func TestChartManagerReachesOnlyItsNamespaces(t *testing.T) {
 // The manager caches only the run namespaces, and there only the pods,
 // Leases and CronJobs it labels.
 func TestCacheOptions(t *testing.T) {
+	t.Parallel()
 	f := newManagerFlags()
 	if err := f.parse([]string{"--watch-namespaces=team-a, team-b"}); err != nil {
 		t.Fatal(err)

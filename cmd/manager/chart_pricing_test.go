@@ -13,6 +13,7 @@ import (
 // it prices attempts with; pricing.configMap names one kept elsewhere. Either
 // way the manager's flag names it and a Role lets it get that one only.
 func TestChartPricing(t *testing.T) {
+	t.Parallel()
 	objs := renderChart(t)
 	if f := chartManagerFlags(t, managerDeployment(t, objs)); *f.pricingConfigMap != "" {
 		t.Errorf("--pricing-configmap=%q with no prices", *f.pricingConfigMap)

@@ -17,7 +17,7 @@ import (
 // the names config/ is written with.
 func renderRelease(t *testing.T, args ...string) []object {
 	t.Helper()
-	out, err := exec.Command(helmBinary(t), append([]string{"template", "clawfarm", "../../charts/clawfarm", "--namespace", "clawfarm-system"}, args...)...).Output()
+	out, err := exec.Command(helmBinary(t), append([]string{"template", "clawfarm", chartDir, "--namespace", "clawfarm-system"}, args...)...).Output()
 	if err != nil {
 		if ee, ok := err.(*exec.ExitError); ok {
 			t.Fatalf("helm template: %v\n%s", err, ee.Stderr)
@@ -28,6 +28,7 @@ func renderRelease(t *testing.T, args ...string) []object {
 }
 
 func TestChartUserRolesAreConfigRBAC(t *testing.T) {
+	t.Parallel()
 	objs := renderRelease(t)
 	aggregation := func(o object) map[string]any {
 		out := map[string]any{}

@@ -14,6 +14,7 @@ import (
 // selects its pod, and the manager sends loop pods to that Service with the
 // audience the server checks.
 func TestChartTraceServer(t *testing.T) {
+	t.Parallel()
 	objs := renderChart(t)
 	dep := find(objs, "Deployment", "farm", "t-clawfarm-server")
 	if dep == nil {

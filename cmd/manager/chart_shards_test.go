@@ -20,6 +20,7 @@ const exampleShards = `shards=[{"name":"a","pools":["a"]},{"name":"b","pools":["
 // its own leader election and its own pods (disjoint selectors), a
 // PodDisruptionBudget each; the metrics Service still selects them all.
 func TestChartTwoShards(t *testing.T) {
+	t.Parallel()
 	objs := renderChart(t, "--set-json", exampleShards)
 	if find(objs, "Deployment", "farm", "t-clawfarm-manager") != nil {
 		t.Error("with shards, the chart still renders the unsharded manager Deployment")
@@ -104,6 +105,7 @@ func labelsOf(m any) labels.Set {
 // The shard policies come with shards only, and config/admission/shards/
 // is what the chart renders for the example shards.
 func TestChartShardAdmissionIsConfigAdmission(t *testing.T) {
+	t.Parallel()
 	count := func(objs []object) (n int, shard map[string]object) {
 		shard = map[string]object{}
 		for _, o := range objs {
@@ -156,6 +158,7 @@ func TestChartShardAdmissionIsConfigAdmission(t *testing.T) {
 // The schema refuses a mistyped shard; the chart refuses a pool or a name
 // given to two shards.
 func TestChartRefusesBadShards(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ shards, want string }{
 		{`[{"name":"a","pool":["a"]}]`, "additional properties 'pool' not allowed"},
 		{`[{"name":"a"}]`, "missing property 'pools'"},
@@ -176,6 +179,7 @@ func TestChartRefusesBadShards(t *testing.T) {
 // labels every series with the shard, and the dashboard sums the shards'
 // maxima (the max over one shard's replicas, as before).
 func TestChartShardMetrics(t *testing.T) {
+	t.Parallel()
 	sm := func(args ...string) object {
 		for _, o := range renderChart(t, append([]string{"--set", "metrics.serviceMonitor.enabled=true"}, args...)...) {
 			if o["kind"] == "ServiceMonitor" {

@@ -41,6 +41,7 @@ func managerDeployment(t *testing.T, objs []object) object {
 }
 
 func TestChartSchemaRefusesBadValues(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		set  string
 		says string
@@ -81,6 +82,7 @@ func TestChartSchemaRefusesBadValues(t *testing.T) {
 // the manager decodes its flags into: a field the schema refuses would be
 // usable, one it accepts that the manager does not know would stop it.
 func TestChartSchemaKnowsTheCoreV1Fields(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile("../../charts/clawfarm/values.schema.json")
 	if err != nil {
 		t.Fatal(err)
@@ -120,6 +122,7 @@ func TestChartSchemaKnowsTheCoreV1Fields(t *testing.T) {
 }
 
 func TestChartImagesByTagOrDigest(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args          []string
 		manager, loop string
@@ -143,6 +146,7 @@ func TestChartImagesByTagOrDigest(t *testing.T) {
 }
 
 func TestChartImagePullSecretsReachEveryPod(t *testing.T) {
+	t.Parallel()
 	objs := renderChart(t, "--set", "imagePullSecrets[0].name=regcred", "--set", "runs.namespaces={lab-a,lab-b}")
 	want := []any{map[string]any{"name": "regcred"}}
 	dep := managerDeployment(t, objs)
@@ -175,6 +179,7 @@ func TestChartImagePullSecretsReachEveryPod(t *testing.T) {
 // pods and follow-up Jobs locked down (attempt.RestrictedSecurityContext),
 // the follow-ups with small requests, both with the chart's pull policy.
 func TestChartPodSettingsReachTheManagersPods(t *testing.T) {
+	t.Parallel()
 	run := &farmv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: "farm", Name: "run", UID: "u"},
 		Spec: farmv1.AgentRunSpec{Trigger: "go", Model: farmv1.ModelSpec{Name: "m"}}}
 	rig := &farmv1.DeviceRig{ObjectMeta: metav1.ObjectMeta{Namespace: "farm", Name: "rig"},
@@ -244,6 +249,7 @@ func TestChartPodSettingsReachTheManagersPods(t *testing.T) {
 }
 
 func TestChartSpreadsReplicasOnlyWhenThereAreSeveral(t *testing.T) {
+	t.Parallel()
 	objs := renderChart(t, "--set", "manager.replicas=1")
 	if find(objs, "PodDisruptionBudget", "farm", "t-clawfarm-manager") != nil {
 		t.Error("a PodDisruptionBudget for one replica blocks every drain")
@@ -289,6 +295,7 @@ func TestChartSpreadsReplicasOnlyWhenThereAreSeveral(t *testing.T) {
 }
 
 func TestChartServiceMonitor(t *testing.T) {
+	t.Parallel()
 	if find(renderChart(t), "ServiceMonitor", "", "") != nil {
 		t.Error("a ServiceMonitor by default: clusters without prometheus-operator would refuse the release")
 	}
@@ -342,6 +349,7 @@ func TestChartServiceMonitor(t *testing.T) {
 // The dashboard's queries name only metrics the operator exports
 // (controllers/agentrun/metrics.go, controllers/devicerig/metrics.go).
 func TestChartDashboardNamesOnlyExistingMetrics(t *testing.T) {
+	t.Parallel()
 	if find(renderChart(t), "ConfigMap", "", "t-clawfarm-dashboard") != nil {
 		t.Error("the dashboard ConfigMap rendered with the dashboard off")
 	}
@@ -465,6 +473,7 @@ func promQLMetrics(expr string) []string {
 }
 
 func TestPromQLMetrics(t *testing.T) {
+	t.Parallel()
 	got := promQLMetrics(`histogram_quantile(0.95, sum by (le) (rate(a_bucket{phase=~"x|y"}[$__rate_interval]))) / max without (pod) (b) + 2`)
 	if !slices.Equal(got, []string{"a_bucket", "b"}) {
 		t.Errorf("promQLMetrics = %v", got)
@@ -472,6 +481,7 @@ func TestPromQLMetrics(t *testing.T) {
 }
 
 func TestChartRignodeRBAC(t *testing.T) {
+	t.Parallel()
 	for _, o := range renderChart(t) {
 		if strings.HasSuffix(dig(o, "metadata", "name").(string), "-rignode") {
 			t.Errorf("%s %v rendered with rignode.rbac.create off", o["kind"], dig(o, "metadata", "name"))

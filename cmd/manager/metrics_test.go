@@ -30,6 +30,7 @@ import (
 // /metrics → 403; Prometheus's token, bound to config/rbac's metrics-reader
 // role → the metrics. With --metrics-secure=false it is plain HTTP to all.
 func TestMetricsNeedAReader(t *testing.T) {
+	testenv.Needs(t, testenv.Assets)
 	env, err := testenv.Start("../../config/crd/bases")
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,11 +14,13 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/clawfarm/clawfarm/internal/rignode"
+	"github.com/clawfarm/clawfarm/internal/testing/testenv"
 )
 
 // The test binary runs rignode in-process, so it is also the shim rignode
@@ -29,10 +32,40 @@ func TestMain(m *testing.M) {
 	if code, ok := testMain(); ok {
 		os.Exit(code)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if api.env != nil {
+		_ = api.env.Stop()
+	}
+	os.Exit(code)
+}
+
+// api is the one API server the package's tests share, started by the first
+// test that needs it; each test's rignode registers a node of its own.
+var api struct {
+	once sync.Once
+	env  *envtest.Environment
+	cfg  *rest.Config
+	err  error
+}
+
+// apiServer starts the shared API server on first use and returns its config.
+func apiServer(t *testing.T) *rest.Config {
+	t.Helper()
+	testenv.Needs(t, testenv.Assets)
+	api.once.Do(func() {
+		api.env = &envtest.Environment{}
+		if api.cfg, api.err = api.env.Start(); api.err != nil {
+			api.env = nil
+		}
+	})
+	if api.err != nil {
+		t.Fatal(api.err)
+	}
+	return api.cfg
 }
 
 func TestBadFlagsExitTwo(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{
 		{"--pull-images=false"},                                         // no way to run an image
 		{"--image-gc-keep-unused=-1"},                                   // a negative count
@@ -51,12 +84,8 @@ func TestBadFlagsExitTwo(t *testing.T) {
 // The command as the dev cluster starts it: a kubeconfig file, an image map
 // with a directory entry, a pod running /bin/sh.
 func TestRunsAPodFromTheCommandLine(t *testing.T) {
-	env := &envtest.Environment{}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = env.Stop() }()
+	t.Parallel()
+	cfg := apiServer(t)
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
 	kc.AuthInfos["u"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
@@ -125,6 +154,7 @@ func TestRunsAPodFromTheCommandLine(t *testing.T) {
 }
 
 func TestHostMemoryIsAQuantity(t *testing.T) {
+	t.Parallel()
 	q, err := resource.ParseQuantity(hostMemory())
 	if err != nil || q.Value() <= 0 {
 		t.Fatalf("hostMemory() = %q: %v", hostMemory(), err)

@@ -22,7 +22,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/clawfarm/clawfarm/internal/rignode"
 )
@@ -83,12 +82,7 @@ type host struct {
 
 func startHost(t *testing.T) *host {
 	t.Helper()
-	env := &envtest.Environment{}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
+	cfg := apiServer(t)
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
 	kc.AuthInfos["u"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
@@ -109,7 +103,9 @@ func startHost(t *testing.T) *host {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &host{t: t, cs: kubernetes.NewForConfigOrDie(cfg), nodeName: "restart-node", shared: filepath.Join(dir, "rig")}
+	// A node of the test's own on the shared API server: no other test's pods are bound to it.
+	node := "restart-" + strings.ToLower(strings.TrimPrefix(t.Name(), "Test"))
+	h := &host{t: t, cs: kubernetes.NewForConfigOrDie(cfg), nodeName: node, shared: filepath.Join(dir, "rig")}
 	h.args = []string{
 		"--kubeconfig", kubeconfig, "--node-name", h.nodeName, "--node-ip", "127.0.0.1",
 		"--port", fmt.Sprint(port), "--address", "127.0.0.1", "--anonymous-auth",
@@ -238,6 +234,7 @@ func (h *host) waitTurns(name string, n int, timeout time.Duration, while string
 // process: same container ID and start time) and then reports how it ended,
 // with its termination message — not a restart, not a failure.
 func TestSessionOutlivesRignodeKill(t *testing.T) {
+	t.Parallel()
 	h := startHost(t)
 	h.sessionPod("kill", 160) // 8 s of turns
 	before := h.waitPod("kill", "Running", 30*time.Second, running)
@@ -281,6 +278,7 @@ func TestSessionOutlivesRignodeKill(t *testing.T) {
 // A rignode that stalls (SIGSTOP) does not stall its sessions: nothing it
 // should read fills up while it is stopped.
 func TestSessionRunsOnWhileRignodePaused(t *testing.T) {
+	t.Parallel()
 	h := startHost(t)
 	h.sessionPod("pause", 200) // 10 s of turns
 	h.waitPod("pause", "Running", 30*time.Second, running)
@@ -305,6 +303,7 @@ func TestSessionRunsOnWhileRignodePaused(t *testing.T) {
 // process (it has no pod to run for), and a new pod for the same rig starts
 // only once that process is gone.
 func TestRestartStopsProcessesOfDeletedPods(t *testing.T) {
+	t.Parallel()
 	h := startHost(t)
 	h.sessionPod("old", 100000)
 	h.waitPod("old", "Running", 30*time.Second, running)
@@ -358,6 +357,7 @@ func lastTurnAt(t *testing.T, file string) time.Time {
 // the operator's does): the restarted rignode never starts it and reports it
 // Failed, so whoever waits for it to end is not left waiting.
 func TestPodDeletedBeforeItStartedIsReportedEnded(t *testing.T) {
+	t.Parallel()
 	h := startHost(t)
 	h.kill()
 	pod := h.sessionPod("never", 20)

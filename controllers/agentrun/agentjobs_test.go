@@ -23,6 +23,7 @@ import (
 // one-time job makes its run and deletes its own CronJob; a retried Job
 // creates nothing twice.
 func TestAgentJobFiringsMakeRuns(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	makeRig(t, ns, "rig", nil)
@@ -122,6 +123,7 @@ func TestAgentJobFiringsMakeRuns(t *testing.T) {
 }
 
 func TestAgentJobsBecomeCronJobs(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	makeRig(t, ns, "rig", nil)
 	m := contract.TerminationMessage{Sentinel: contract.Done, Retryable: true, Recap: "set up reminders", ExitReason: contract.ReasonEndTurn,
@@ -170,6 +172,7 @@ func TestAgentJobsBecomeCronJobs(t *testing.T) {
 // past the expiry, or after the rig is gone, makes no run, deletes its
 // CronJob and says why.
 func TestAgentJobsBelongToTheirRigAndExpire(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	rig := makeRig(t, ns, "rig", nil)

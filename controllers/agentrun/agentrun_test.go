@@ -27,6 +27,7 @@ import (
 // deadline is a counted STUCK with its exit reason, followed by a fresh attempt; only an input
 // token budget spent is final.
 func TestSentinelTable(t *testing.T) {
+	t.Parallel()
 	crash := fakekubelet.Ending{After: 50 * time.Millisecond, ExitCode: 137, Reason: "OOMKilled"}
 	// A pod the kubelet stopped at its activeDeadlineSeconds: the loop's SIGTERM ending, the pod's reason.
 	deadline := stuckFor(contract.ReasonUserCancel, "stopped: the attempt was cancelled (SIGTERM)")
@@ -134,6 +135,7 @@ func TestSentinelTable(t *testing.T) {
 }
 
 func TestInfraRetryResumesAndIsCapped(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	makeRig(t, ns, "rig", nil)
 	scripts.set(ns, "evict", byPod(nil, fakekubelet.Ending{After: 50 * time.Millisecond, ExitCode: 143, Disruption: true}))
@@ -164,6 +166,7 @@ func TestInfraRetryResumesAndIsCapped(t *testing.T) {
 }
 
 func TestAttemptPodShape(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	rig := makeRig(t, ns, "rig", nil)
 	scripts.set(ns, "shape", byPod(nil, fakekubelet.Ending{Hang: true}))
@@ -260,6 +263,7 @@ func cancel(t *testing.T, ns, name string) {
 }
 
 func TestCancelStopsThePodAndReleasesTheRig(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	makeRig(t, ns, "rig", nil)
 	scripts.set(ns, "long", byPod(nil, fakekubelet.Ending{Hang: true}))
@@ -294,6 +298,7 @@ func TestCancelStopsThePodAndReleasesTheRig(t *testing.T) {
 // queued behind a busy rig, handed the rig and started, a counted STUCK, the
 // next attempt, the end.
 func TestEventOnEveryTransition(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	makeRig(t, ns, "rig", nil)
 	release := &atomic.Bool{}
@@ -352,6 +357,7 @@ func runEvents(t *testing.T, ns string) map[string][]string {
 // operator marks the node out of service (or deletes it). Then the attempt is
 // a free retry, which starts once the node is back.
 func TestUnreachableNodeKeepsItsAttemptUntilMarkedGone(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	rig := makeRig(t, ns, "rig", nil)
@@ -435,6 +441,7 @@ func TestManagerRestartLosesNothingAndCountsOnce(t *testing.T) {
 }
 
 func TestDeletedRunReleasesItsRig(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	makeRig(t, ns, "rig", nil)
 	scripts.set(ns, "doomed", byPod(nil, fakekubelet.Ending{Hang: true}))
@@ -458,6 +465,7 @@ func TestDeletedRunReleasesItsRig(t *testing.T) {
 // in status.nextAttemptTime and the Succeeded condition (the suite's base is
 // 2 s; status times have whole seconds).
 func TestStuckBacksOffBeforeTheFreshAttempt(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	makeRig(t, ns, "rig", nil)
 	scripts.set(ns, "again", byPod(map[string]fakekubelet.Ending{"again-a1": ends(contract.Stuck, true, "lost in a menu", 50*time.Millisecond)},

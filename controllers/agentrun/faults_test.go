@@ -18,6 +18,7 @@ import (
 // the default 30 s), with the kubelet's own message, and gives the phone back
 // — it does not sit out the startup timeout and the free retries.
 func TestMissingSecretFailsTheRunFast(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		ending fakekubelet.Ending
@@ -28,6 +29,7 @@ func TestMissingSecretFailsTheRunFast(t *testing.T) {
 		{"invalid image name", fakekubelet.InvalidImageName("loop:@@"), "invalid reference format"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each case has a namespace of its own
 			ns := namespace(t)
 			makeRig(t, ns, "rig", nil)
 			scripts.set(ns, "cfg", byPod(nil, tc.ending))
@@ -53,6 +55,7 @@ func TestMissingSecretFailsTheRunFast(t *testing.T) {
 // kubelet has ended the old process. The kubelet's ledger of real processes
 // shows no two on the rig at once.
 func TestForceDeletedPodOnAPartitionedNodeHoldsThePhone(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	rig := makeRig(t, ns, "rig", nil)

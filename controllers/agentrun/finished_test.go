@@ -138,6 +138,7 @@ func wantFinished(t *testing.T, run *farmv1.AgentRun, status metav1.ConditionSta
 // `kubectl wait --for=condition=Finished` returns for every outcome, and not
 // while a follow-up is still to come.
 func TestFinishedOnEveryOutcome(t *testing.T) {
+	t.Parallel()
 	type when struct {
 		phase farmv1.RunPhase
 		// then acts on the run once it has reached phase, and before the

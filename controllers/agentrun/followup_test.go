@@ -26,6 +26,7 @@ import (
 // A WAIT whose follow-up was taken from a one-time job the session created
 // (followUp.job) makes one wake-up, not two: the WAIT follow-up carries it.
 func TestWaitForAJobMakesOneFollowUp(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	makeRig(t, ns, "rig", nil)
@@ -70,6 +71,7 @@ func TestWaitForAJobMakesOneFollowUp(t *testing.T) {
 }
 
 func TestWaitSchedulesAFollowUpCronJob(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	makeRig(t, ns, "rig", nil)
 	m := contract.TerminationMessage{Sentinel: contract.Wait, Retryable: true, Recap: "asked Ana for the code", ExitReason: contract.ReasonEndTurn,
@@ -282,6 +284,7 @@ func refusals(t *testing.T, ns string) map[string]int {
 // deleted, and a Job the CronJob had already started finds the parent
 // cancelled, makes nothing and says so in an Event on the parent.
 func TestCancelledWaitingRunFiresNoFollowUp(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	makeRig(t, ns, "rig", nil)
@@ -316,6 +319,7 @@ func TestCancelledWaitingRunFiresNoFollowUp(t *testing.T) {
 // new run's follow-up takes another name, is made, and the run finishes
 // FollowedUp with it.
 func TestReusedRunNameGetsItsOwnFollowUp(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	makeRig(t, ns, "rig", nil)
@@ -353,6 +357,7 @@ func TestReusedRunNameGetsItsOwnFollowUp(t *testing.T) {
 // is shortened with a hash to fit. One character more is refused when the
 // run is created, saying why.
 func TestLongRunNameFollowsUp(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	makeRig(t, ns, "rig", nil)
@@ -379,6 +384,7 @@ func TestLongRunNameFollowsUp(t *testing.T) {
 // A follow-up Job whose parent is gone, or was deleted and created again
 // under its name, makes nothing and says why.
 func TestFollowUpJobRefusesAGoneOrNewParent(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	makeRig(t, ns, "rig", nil)

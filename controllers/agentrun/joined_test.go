@@ -13,6 +13,7 @@ import (
 // The WAIT follow-up of a session other runs joined carries every task of
 // the session on, once, even when the session's run was a follow-up itself.
 func TestFollowUpOfAJoinedSessionCarriesEveryTask(t *testing.T) {
+	t.Parallel()
 	run := &farmv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Name: "own-f1"}, Spec: farmv1.AgentRunSpec{
 		Trigger: "Follow-up 1 of 3 (chain own). The previous session on this rig ended with WAIT.\nThe task it was working on:\nset a timer"}}
 	run.Status.Joined = []farmv1.JoinedRun{

@@ -17,6 +17,7 @@ import (
 
 // The metrics: counters move when runs finish, and the phase gauge reads the cache.
 func TestMetricsCountRunsAndPhases(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	makeRig(t, ns, "rig", nil)
 	type sample struct {

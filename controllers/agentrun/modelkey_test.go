@@ -22,6 +22,7 @@ import (
 // InvalidConfig before any pod exists, with the label in the message, and
 // gives its rig back; a labelled one starts.
 func TestModelKeyMustBeLabelled(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	makeRig(t, ns, "rig", nil)
 	scripts.set(ns, "labelled", byPod(nil, fakekubelet.Ending{Hang: true}))

@@ -21,6 +21,7 @@ import (
 // (hostPath volumes are beyond even "baseline"), and the API server's
 // refusal fails the run InvalidConfig with its own words.
 func TestLoopPodsMeetRestrictedOnAPVC(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	var n corev1.Namespace

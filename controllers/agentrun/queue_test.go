@@ -22,6 +22,7 @@ import (
 // first free rig (by name) it may use: FIFO per rig, and N free rigs to the N
 // oldest runs at once.
 func TestReadQueueHandsFreeRigsOldestFirst(t *testing.T) {
+	t.Parallel()
 	base := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	rig := func(name string, phase farmv1.RigPhase, unschedulable bool) *farmv1.DeviceRig {
 		return &farmv1.DeviceRig{ObjectMeta: metav1.ObjectMeta{Namespace: "farm", Name: name, Labels: map[string]string{"pool": "ios"}},
@@ -133,6 +134,7 @@ func TestReadQueueHandsFreeRigsOldestFirst(t *testing.T) {
 // A run never queued before has waited since its creation, even when its
 // first Queued status was held back; a re-queued run keeps its first mark.
 func TestMarkQueued(t *testing.T) {
+	t.Parallel()
 	created := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	now := created.Add(40 * time.Second)
 	for _, tc := range []struct {
@@ -181,6 +183,7 @@ func newQueueReconciler(t *testing.T, objs ...client.Object) *Reconciler {
 // hands that rig out as a read of the whole namespace would. Selectors may
 // chain parts together: a rig matched by two selectors joins their pools.
 func TestQueuePartDecidesAsTheWholeQueue(t *testing.T) {
+	t.Parallel()
 	base := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	rnd := rand.New(rand.NewPCG(7, 11))
 	for trial := 0; trial < 40; trial++ {

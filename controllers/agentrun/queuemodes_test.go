@@ -71,6 +71,7 @@ func joinedCond(run *farmv1.AgentRun) *metav1.Condition {
 // trigger with its run's name; the other four name that run in
 // status.collectedInto, never get a pod, and end with its outcome.
 func TestFiveCollectRunsForABusyRigBecomeOneSession(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	makeRig(t, ns, "rig", nil)
 	busy := gated(ns, "busy", ends(contract.Done, true, "busy done", 0))
@@ -150,6 +151,7 @@ func TestFiveCollectRunsForABusyRigBecomeOneSession(t *testing.T) {
 // status.joined at once (the loop reads it at its next turn) and ends with
 // the session's outcome, with no pod of its own.
 func TestSteerRunJoinsTheRunningSession(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	makeRig(t, ns, "rig", nil)
 	holder := gated(ns, "holder", ends(contract.Done, true, "did both", 0))
@@ -186,6 +188,7 @@ func TestSteerRunJoinsTheRunningSession(t *testing.T) {
 // A steer run that queued while its rig had no running session joins the
 // session as soon as one runs there, without waiting for its turn.
 func TestQueuedSteerRunJoinsASessionOnceItRuns(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	makeRig(t, ns, "rig", nil)
 	setMaintenance(t, ns, "rig", true)
@@ -215,6 +218,7 @@ func TestQueuedSteerRunJoinsASessionOnceItRuns(t *testing.T) {
 // loop's count says so) goes back to the queue as a plain run and gets a
 // session of its own.
 func TestSteerRunWhoseSessionEndedFirstQueuesAgain(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	makeRig(t, ns, "rig", nil)
 	holder := gated(ns, "holder", ends(contract.Done, true, "holder only", 0))
@@ -246,6 +250,7 @@ func TestSteerRunWhoseSessionEndedFirstQueuesAgain(t *testing.T) {
 // takes the rig takes the later collect run along, and the steer run joins
 // the session running when it came.
 func TestMixedModesKeepFIFOForQueueRuns(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	makeRig(t, ns, "rig", nil)
 	first := gated(ns, "a0", ends(contract.Done, true, "a0", 0))
@@ -255,7 +260,9 @@ func TestMixedModesKeepFIFOForQueueRuns(t *testing.T) {
 		p := podsOf(t, ns, "a0")
 		return len(p) == 1 && p[0].Status.Phase == corev1.PodRunning
 	})
-	time.Sleep(1100 * time.Millisecond) // creation times have one-second resolution; names order runs created within one
+	// The queue orders runs by creationTimestamp, which has one-second
+	// resolution, then by name: the runs are created in the order of their
+	// names, so that order is the queue's whether or not a second passes.
 	order := []struct {
 		name string
 		mode farmv1.QueueMode
@@ -393,6 +400,7 @@ func patchStatus(t *testing.T, ns, name, patch string) {
 // A collected run cancelled while its session runs ends Cancelled alone:
 // the session goes on, and its outcome does not change the cancelled run.
 func TestCancelledCollectedRunEndsAlone(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	makeRig(t, ns, "rig", nil)
 	busy := gated(ns, "busy", ends(contract.Done, true, "busy done", 0))

@@ -21,6 +21,7 @@ import (
 )
 
 func TestTwoRunsForOneRigRunOneAfterTheOther(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	makeRig(t, ns, "rig", nil)
 	first, second := newRun(ns, "first", "rig"), newRun(ns, "second", "rig")
@@ -53,6 +54,7 @@ func TestTwoRunsForOneRigRunOneAfterTheOther(t *testing.T) {
 // the Lease changes holder in one write and is never absent, and once nobody
 // waits it is deleted.
 func TestReleasedRigGoesStraightToTheNextRun(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	makeRig(t, ns, "rig", nil)
 	// Each run's pod runs until the test lets it end.
@@ -71,8 +73,10 @@ func TestReleasedRigGoesStraightToTheNextRun(t *testing.T) {
 	create(t, newRun(ns, "a", "rig"))
 	waitPhase(t, ns, "a", farmv1.RunRunning)
 	lease := getLease(t, ns, "rig")
+	// The queue orders runs by creationTimestamp, which has one-second
+	// resolution, then by name: b, c and d are created in that order, so b is
+	// the oldest whether or not a second passes between them.
 	create(t, newRun(ns, "b", "rig"))
-	time.Sleep(1100 * time.Millisecond) // creationTimestamp has one-second resolution: b is older than c and d
 	cancelled := newRun(ns, "c", "rig")
 	cancelled.Spec.Cancel = true // a cancelled run never takes the rig
 	create(t, cancelled)
@@ -112,6 +116,7 @@ func TestReleasedRigGoesStraightToTheNextRun(t *testing.T) {
 }
 
 func TestUnreadyRigHoldsItsQueue(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	makeRig(t, ns, "rig", nil)
 	health.Set(ns+"-rig", false)
@@ -134,6 +139,7 @@ func TestUnreadyRigHoldsItsQueue(t *testing.T) {
 }
 
 func TestSelectorPicksAReadyFreeRig(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	makeRig(t, ns, "a", map[string]string{"pool": "ios"})
 	makeRig(t, ns, "b", map[string]string{"pool": "ios"})
@@ -166,6 +172,7 @@ func TestSelectorPicksAReadyFreeRig(t *testing.T) {
 }
 
 func TestQueueTimeoutAndTTL(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	run := newRun(ns, "lonely", "missing-rig")
 	run.Spec.Limits.QueueTimeoutSeconds = ptr.To[int32](1)
@@ -200,6 +207,7 @@ func getLease(t *testing.T, ns, rig string) *coordinationv1.Lease {
 // suite's is 3 s) it gives the phone back, queues again, and a selector run
 // takes another Ready rig for its fresh attempt.
 func TestRunGivesBackARigThatStaysNotReady(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	makeRig(t, ns, "a", map[string]string{"pool": "ios"})
 	makeRig(t, ns, "b", map[string]string{"pool": "ios"})

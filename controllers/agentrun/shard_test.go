@@ -23,6 +23,7 @@ func inPool(name, pool string) metav1.ObjectMeta {
 // candidates, which fails it InvalidConfig). Without --shard there are no
 // pools.
 func TestPoolsOfAShardedManager(t *testing.T) {
+	t.Parallel()
 	shard, err := ParseShard(farmv1.LabelPool + " in (b,c)")
 	if err != nil {
 		t.Fatal(err)

@@ -28,6 +28,7 @@ import (
 // observed once, when the status that records the start is written, however
 // many status writes follow.
 func TestStartIsRecordedOnceWhateverReconcileWritesIt(t *testing.T) {
+	t.Parallel()
 	created := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	for _, tc := range []struct {
 		name             string
@@ -199,6 +200,7 @@ func (v staleView) List(ctx context.Context, list client.ObjectList, opts ...cli
 // and that attempt's pod deleted (it never started), it would create the pod
 // again next to the retry that now runs on the same phone.
 func TestNothingIsDoneOnACacheOlderThanTheManagersOwnWrite(t *testing.T) {
+	t.Parallel()
 	created := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	clk := clocktesting.NewFakeClock(created.Add(time.Minute))
 	c := startTestClient(t, readyRigAndRun(created)...)

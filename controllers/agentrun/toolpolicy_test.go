@@ -31,6 +31,7 @@ var payRule = farmv1.ToolRule{Name: "pay", Tools: []string{"tap"}, Expression: `
 // The attempt pod carries the ToolPolicies that select its run, by name,
 // and its hard deadline has room for the approval waits they allow.
 func TestAttemptCarriesItsToolPolicies(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	makeRig(t, ns, "rig", nil)
 	create(t, toolPolicy(ns, "b-shop", map[string]string{"team": "shop"}, payRule))
@@ -65,6 +66,7 @@ func TestAttemptCarriesItsToolPolicies(t *testing.T) {
 // A ToolPolicy the loop could not apply fails the runs it selects before
 // any pod exists, naming the policy and the rule; the rig is given back.
 func TestInvalidToolPolicyFailsTheRun(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	makeRig(t, ns, "rig", nil)
 	create(t, toolPolicy(ns, "broken", nil, farmv1.ToolRule{Name: "typo", Expression: `targets.exists(e, e.label == 'Pay'`, Action: farmv1.ToolBlock}))
@@ -86,6 +88,7 @@ func TestInvalidToolPolicyFailsTheRun(t *testing.T) {
 // and how to answer, and one Event per request; it turns False once the
 // loop holds nothing.
 func TestAwaitingApprovalCondition(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	makeRig(t, ns, "rig", nil)
 	scripts.set(ns, "buyer", byPod(nil, fakekubelet.Ending{Hang: true}))

@@ -25,6 +25,7 @@ import (
 // before the bookkeeping queued ahead of them (a pod's Running status, a
 // status write's own event), and the initial list and resyncs after both.
 func TestUrgentWorkGoesFirst(t *testing.T) {
+	t.Parallel()
 	scheme := runtime.NewScheme()
 	_ = farmv1.AddToScheme(scheme)
 	mapper := meta.NewDefaultRESTMapper(nil)
@@ -96,6 +97,7 @@ func req(name string) reconcile.Request {
 // finalizer it removed — and stops waiting once the cache shows them, or
 // after ownWriteWait.
 func TestNotesWaitForTheCacheToShowOwnWrites(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	var n notes
 	run := &farmv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: "farm", Name: "r", UID: "u1", ResourceVersion: "120"}}

@@ -17,6 +17,7 @@ import (
 
 // The samples in config/samples are what users copy; the API server must accept them.
 func TestSamplesAreAccepted(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	files, err := filepath.Glob("../../config/samples/farm_*.yaml")
 	if err != nil || len(files) < 3 {
@@ -39,6 +40,7 @@ func TestSamplesAreAccepted(t *testing.T) {
 }
 
 func TestDefaultsComeFromTheSchema(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	run := newRun(ns, "defaults", "nowhere")
 	run.Spec.Model = farmv1.ModelSpec{Name: "gpt-4.1"}
@@ -55,6 +57,7 @@ func TestDefaultsComeFromTheSchema(t *testing.T) {
 // schema default): `kubectl get agentruns` shows a phase for every run of a
 // burst, though the first status of the runs that wait is written last.
 func TestNewRunReadsPending(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	run := newRun(ns, "unwritten", "nowhere")
 	if err := k8s.Create(context.Background(), run, client.DryRunAll); err != nil {
@@ -67,6 +70,7 @@ func TestNewRunReadsPending(t *testing.T) {
 
 // A table of bad manifests: the API server refuses each with a message that says what is wrong.
 func TestBadManifestsAreRejected(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	run := func(spec string) string {
 		return "apiVersion: farm.clawfarm.dev/v1alpha1\nkind: AgentRun\nmetadata:\n  name: bad\nspec:\n" + spec
@@ -134,6 +138,7 @@ func TestMaxChainIsBounded(t *testing.T) {
 
 // Once a run has started only spec.cancel may change.
 func TestSpecIsFrozenOnceStarted(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	create(t, newRun(ns, "frozen", "nowhere"))
 	waitPhase(t, ns, "frozen", farmv1.RunQueued)

@@ -25,6 +25,7 @@ func rigCondition(r *farmv1.DeviceRig, typ string) *metav1.Condition {
 
 // The DeviceRig controller's status follows the node, the health route and the Lease.
 func TestDeviceRigStatusFollowsTheWorld(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := env.Namespace(t)
 	rig := env.MakeRig(t, ns, "rig", nil)
@@ -123,6 +124,7 @@ func TestDeviceRigStatusFollowsTheWorld(t *testing.T) {
 
 // A node that does not exist → Offline with NodeNotFound.
 func TestRigOnMissingNodeIsOffline(t *testing.T) {
+	t.Parallel()
 	ns := env.Namespace(t)
 	rig := &farmv1.DeviceRig{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ghost"},
@@ -147,6 +149,7 @@ func TestRigOnMissingNodeIsOffline(t *testing.T) {
 // Offline (the node and the sessions on it still run) — and is Ready again
 // once the node is uncordoned. The rig taint itself changes nothing.
 func TestCordonedNodeMakesTheRigNotReady(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := env.Namespace(t)
 	rig := env.MakeRig(t, ns, "rig", nil)

@@ -28,6 +28,7 @@ import (
 // the next change, or on its own once ProbeRecordInterval has passed. A
 // change the probe finds is written at once.
 func TestIdleRigWritesNothing(t *testing.T) {
+	t.Parallel()
 	var probes atomic.Int64
 	var calibrated atomic.Bool
 	calibrated.Store(true)

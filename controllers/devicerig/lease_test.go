@@ -18,6 +18,7 @@ import (
 // pod of it is alive: a cache that has not seen a brand-new run (or its pod)
 // must not free the phone under it.
 func TestStaleLeaseAsksTheAPIServer(t *testing.T) {
+	t.Parallel()
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = farmv1.AddToScheme(scheme)

@@ -20,6 +20,7 @@ import (
 // the URL may not lead anywhere but the rig's own host: the API refuses a
 // health URL on another host, and a redirect is reported, not followed.
 func TestHealthURLStaysOnTheRigsHost(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := env.Namespace(t)
 	node := env.MakeNode(t, ns+"-elsewhere")

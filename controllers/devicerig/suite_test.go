@@ -22,6 +22,7 @@ import (
 var env *testenv.Env
 
 func TestMain(m *testing.M) {
+	testenv.MainNeeds(testenv.Assets)
 	var err error
 	if env, err = testenv.Start("../../config/crd/bases"); err != nil {
 		fmt.Fprintln(os.Stderr, err)

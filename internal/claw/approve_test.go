@@ -20,6 +20,7 @@ func holding(id string) func(*farmv1.AgentRunStatus, int64) {
 // API server knows it, with the request's id; without an open request they
 // change nothing and say so.
 func TestApproveAndDeny(t *testing.T) {
+	t.Parallel()
 	ns := env.Namespace(t)
 	newRun(t, ns, "buyer")
 	operator(t, ns, "buyer", holding("a1-t7-1"))

@@ -43,6 +43,7 @@ func TestMain(m *testing.M) {
 	if target := os.Getenv(proxyPodTarget); target != "" {
 		os.Exit(proxyPod(target, os.Getenv(proxyPodListen)))
 	}
+	testenv.MainNeeds(testenv.Assets)
 	var err error
 	if env, err = testenv.Start("../../config/crd/bases"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -251,6 +252,7 @@ func ended(run string, attempt int32, sentinel, exitReason, outcome, recap strin
 }
 
 func TestRunCreatesWhatTheFlagsSay(t *testing.T) {
+	t.Parallel()
 	ns := env.Namespace(t)
 	c := claw(t, ns, nil, nil, "run", "set-a-timer",
 		"--rig", "iphone-01", "--trigger", "Set a 5 minute timer in Clock and start it.", "--queue-mode", "steer",
@@ -386,6 +388,7 @@ spec:
 `
 
 func TestRunFromFile(t *testing.T) {
+	t.Parallel()
 	ns := env.Namespace(t)
 	path := filepath.Join(t.TempDir(), "run.yaml")
 	if err := os.WriteFile(path, []byte(runYAML), 0o644); err != nil {
@@ -501,6 +504,7 @@ var outcomes = []struct {
 
 // wait on a run that has already ended returns its outcome at once.
 func TestWaitOnEndedRunReturnsAtOnce(t *testing.T) {
+	t.Parallel()
 	ns := env.Namespace(t)
 	for _, oc := range outcomes {
 		t.Run(oc.name, func(t *testing.T) {
@@ -529,6 +533,7 @@ func TestWaitOnEndedRunReturnsAtOnce(t *testing.T) {
 // run --wait follows the run it created: the phases, a line per turn from
 // status.progress (no pod log here), then the outcome's lines and code.
 func TestRunWaitFollowsToEachOutcome(t *testing.T) {
+	t.Parallel()
 	ns := env.Namespace(t)
 	for _, oc := range outcomes {
 		t.Run(oc.name, func(t *testing.T) {
@@ -570,6 +575,7 @@ func TestRunWaitFollowsToEachOutcome(t *testing.T) {
 // A STUCK attempt is retried: the wait goes on through Retrying to the next
 // attempt, and ends only with the run.
 func TestWaitFollowsRetries(t *testing.T) {
+	t.Parallel()
 	ns := env.Namespace(t)
 	newRun(t, ns, "retry")
 	operator(t, ns, "retry", running("iphone-01", 1))
@@ -593,6 +599,7 @@ func TestWaitFollowsRetries(t *testing.T) {
 
 // --follow-ups follows a WAIT to its follow-up run, and ends with the chain.
 func TestWaitFollowUps(t *testing.T) {
+	t.Parallel()
 	ns := env.Namespace(t)
 	newRun(t, ns, "ask-ana")
 	operator(t, ns, "ask-ana", running("iphone-01", 1))
@@ -620,6 +627,7 @@ func TestWaitFollowUps(t *testing.T) {
 }
 
 func TestWaitTimeout(t *testing.T) {
+	t.Parallel()
 	ns := env.Namespace(t)
 	newRun(t, ns, "slow")
 	operator(t, ns, "slow", running("iphone-01", 1))
@@ -646,7 +654,9 @@ func TestWaitTimeout(t *testing.T) {
 }
 
 // makePod creates an attempt pod as the controller names and labels it
-// (internal/attempt/pod.go), started as its kubelet would report it.
+// (internal/attempt/pod.go), started as its kubelet would report it. Pods
+// are listed by creationTimestamp, which has one-second resolution, then by
+// name: a test makes its pods in the order of their names.
 func makePod(t *testing.T, run *farmv1.AgentRun, name string, attempt int32, age time.Duration) {
 	t.Helper()
 	pod := &corev1.Pod{
@@ -667,11 +677,11 @@ func makePod(t *testing.T, run *farmv1.AgentRun, name string, attempt int32, age
 	if err := env.Client.Status().Update(context.Background(), pod); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1100 * time.Millisecond) // creation timestamps have a second's resolution: keep the pods in order
 }
 
 // run --wait reads the attempt pod's log when it can, one line per turn.
 func TestWaitReadsTheLoopLog(t *testing.T) {
+	t.Parallel()
 	ns := env.Namespace(t)
 	timer, err := os.ReadFile(filepath.Join("testdata", "timer.log"))
 	if err != nil {
@@ -705,6 +715,7 @@ func TestWaitReadsTheLoopLog(t *testing.T) {
 }
 
 func TestLogs(t *testing.T) {
+	t.Parallel()
 	ns := env.Namespace(t)
 	timer, err := os.ReadFile(filepath.Join("testdata", "timer.log"))
 	if err != nil {
@@ -764,6 +775,7 @@ func TestLogs(t *testing.T) {
 }
 
 func TestCancel(t *testing.T) {
+	t.Parallel()
 	ns := env.Namespace(t)
 	newRun(t, ns, "stop-me")
 	operator(t, ns, "stop-me", running("iphone-01", 1))
@@ -800,6 +812,7 @@ func TestCancel(t *testing.T) {
 }
 
 func TestRigsCountsTheQueue(t *testing.T) {
+	t.Parallel()
 	ns := env.Namespace(t)
 	ctx := context.Background()
 	for _, r := range []struct {

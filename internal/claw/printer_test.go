@@ -8,6 +8,7 @@ import (
 // On a terminal the bar stays under the lines: each line clears it, is
 // written, and the bar is drawn again; off a terminal only lines are written.
 func TestPrinterKeepsTheBarUnderTheLines(t *testing.T) {
+	t.Parallel()
 	var b bytes.Buffer
 	p := &printer{w: &b, tty: true}
 	p.Bar(progressBar(12, 48))
@@ -33,6 +34,7 @@ func TestPrinterKeepsTheBarUnderTheLines(t *testing.T) {
 }
 
 func TestProgressBar(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		turn, max int32
 		want      string

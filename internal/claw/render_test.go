@@ -32,6 +32,7 @@ func render(t *testing.T, stream []byte, timestamps bool) []string {
 // against bin/rigsim and bin/modelsim, as README.md "One session by hand"
 // runs it; timer.log starts with the stderr line a pod's log carries too).
 func TestRenderRecordedSessions(t *testing.T) {
+	t.Parallel()
 	for _, name := range []string{"timer", "stuck"} {
 		t.Run(name, func(t *testing.T) {
 			in, err := os.ReadFile(filepath.Join("testdata", name+".log"))
@@ -57,6 +58,7 @@ func TestRenderRecordedSessions(t *testing.T) {
 }
 
 func TestRenderTimerLines(t *testing.T) {
+	t.Parallel()
 	in, err := os.ReadFile(filepath.Join("testdata", "timer.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -95,6 +97,7 @@ func TestRenderTimerLines(t *testing.T) {
 // with every event type and the faults a log carries, and lines that are
 // not events between them.
 func TestRenderEveryEventAndKeepsStrangers(t *testing.T) {
+	t.Parallel()
 	var buf bytes.Buffer
 	at := time.Date(2026, 11, 29, 18, 0, 0, 0, time.UTC)
 	em := events.NewEmitter(&buf, redact.New(), func() time.Time { at = at.Add(time.Second); return at })
@@ -154,6 +157,7 @@ func TestRenderEveryEventAndKeepsStrangers(t *testing.T) {
 
 // A run's usage line: tokens, the share the prompt cache served, the cost.
 func TestUsageLine(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		prompt, completion, cached int64
 		cost, want                 string
@@ -169,6 +173,7 @@ func TestUsageLine(t *testing.T) {
 
 // A call a ToolPolicy holds shows who is asked and who answered.
 func TestRenderApproval(t *testing.T) {
+	t.Parallel()
 	var buf bytes.Buffer
 	at := time.Date(2026, 11, 29, 18, 0, 0, 0, time.UTC)
 	em := events.NewEmitter(&buf, redact.New(), func() time.Time { at = at.Add(time.Second); return at })

@@ -203,6 +203,7 @@ func grantPortForward(t *testing.T, ns, home string) {
 }
 
 func TestTraceAndUIThroughAPortForwardToTheServersPod(t *testing.T) {
+	t.Parallel()
 	startNode(t)
 	srv := startTraceServer(t)
 	ns, system := env.Namespace(t), env.Namespace(t)

@@ -201,6 +201,7 @@ func screenJPEG(t *testing.T) []byte {
 }
 
 func TestTracePrintsTheStoredAttemptAsLogsDoes(t *testing.T) {
+	t.Parallel()
 	srv := startTraceServer(t)
 	ns := env.Namespace(t)
 	run := newRun(t, ns, "demo-timer")
@@ -232,6 +233,7 @@ func TestTracePrintsTheStoredAttemptAsLogsDoes(t *testing.T) {
 // The token may come from a token file or an exec plugin (as with EKS,
 // GKE or kubelogin) as well as from the kubeconfig itself.
 func TestTraceFindsTheUsersTokenWhereClientGoDoes(t *testing.T) {
+	t.Parallel()
 	srv := startTraceServer(t)
 	ns := env.Namespace(t)
 	run := newRun(t, ns, "demo-timer")
@@ -271,6 +273,7 @@ func TestTraceFindsTheUsersTokenWhereClientGoDoes(t *testing.T) {
 }
 
 func TestTraceSavesTheHTMLWithTheScreenInlinedAndTheZip(t *testing.T) {
+	t.Parallel()
 	srv := startTraceServer(t)
 	ns := env.Namespace(t)
 	run := newRun(t, ns, "demo-timer")
@@ -308,6 +311,7 @@ func TestTraceSavesTheHTMLWithTheScreenInlinedAndTheZip(t *testing.T) {
 }
 
 func TestTraceNeedsABearerToken(t *testing.T) {
+	t.Parallel()
 	srv := startTraceServer(t)
 	ns := env.Namespace(t)
 	newRun(t, ns, "demo-timer")
@@ -323,6 +327,7 @@ func TestTraceNeedsABearerToken(t *testing.T) {
 }
 
 func TestUIProxiesPagesAndLiveEventsWithTheUsersToken(t *testing.T) {
+	t.Parallel()
 	srv := startTraceServer(t)
 	ns := env.Namespace(t)
 	run := newRun(t, ns, "demo-timer")

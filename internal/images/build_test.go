@@ -8,45 +8,89 @@ import (
 	"encoding/pem"
 	"errors"
 	"io"
+	"os"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/validate"
+
+	"github.com/clawfarm/clawfarm/internal/testing/gobuild"
 )
 
 // build builds rigsim (the smallest program) for two platforms with fixed
 // stamps, into dir.
 func build(t *testing.T, dir string) []Image {
 	t.Helper()
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	imgs, err := Build(context.Background(), Options{
-		Root: root, Out: filepath.Join(dir, "images"), Images: []string{"rigsim"},
-		Platforms: []v1.Platform{HostPlatform(), {OS: "linux", Architecture: "arm64"}},
-		Version:   "v1.2.3-test", Revision: "0123456789abcdef0123456789abcdef01234567",
-		Created: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
-	})
+	// The images' binaries come from go build, out of go test's sight: tell
+	// its cache what they are made of.
+	gobuild.Inputs(t, "github.com/clawfarm/clawfarm/cmd/rigsim")
+	imgs, err := buildInto(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return imgs
 }
 
+func buildInto(dir string) ([]Image, error) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		return nil, err
+	}
+	return Build(context.Background(), Options{
+		Root: root, Out: filepath.Join(dir, "images"), Images: []string{"rigsim"},
+		Platforms: []v1.Platform{HostPlatform(), {OS: "linux", Architecture: "arm64"}},
+		Version:   "v1.2.3-test", Revision: "0123456789abcdef0123456789abcdef01234567",
+		Created: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
+	})
+}
+
+// shared is one build that TestLayoutAndImage reads and
+// TestBuildIsReproducible compares a second build with: a cross-build of
+// two platforms fewer than a build per test.
+var shared struct {
+	once sync.Once
+	dir  string
+	imgs []Image
+	err  error
+}
+
+func sharedBuild(t *testing.T) (string, []Image) {
+	t.Helper()
+	gobuild.Inputs(t, "github.com/clawfarm/clawfarm/cmd/rigsim")
+	shared.once.Do(func() {
+		if shared.dir, shared.err = os.MkdirTemp("", "images-test-"); shared.err == nil {
+			shared.imgs, shared.err = buildInto(shared.dir)
+		}
+	})
+	if shared.err != nil {
+		t.Fatal(shared.err)
+	}
+	return shared.dir, shared.imgs
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared.dir != "" {
+		_ = os.RemoveAll(shared.dir)
+	}
+	os.Exit(code)
+}
+
 // TestBuildIsReproducible builds the same image twice into two layouts and
 // expects the same digests, valid OCI images and indexes, and the layout
 // naming the image.
 func TestBuildIsReproducible(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("cross-builds a program twice")
 	}
-	dir := t.TempDir()
-	a, b := build(t, dir), build(t, t.TempDir())
+	b := build(t, t.TempDir())
+	dir, a := sharedBuild(t)
 	if len(a) != 1 || len(b) != 1 {
 		t.Fatalf("built %d and %d images, want 1 each", len(a), len(b))
 	}
@@ -74,11 +118,11 @@ func TestBuildIsReproducible(t *testing.T) {
 // checks each platform's image: non-root user, entrypoint, labels, the CA
 // bundle parses, the binary and its SBOM are where the config says.
 func TestLayoutAndImage(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("cross-builds a program")
 	}
-	dir := t.TempDir()
-	build(t, dir)
+	dir, _ := sharedBuild(t)
 	imgs, err := Load(filepath.Join(dir, "images"))
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 // state volume, the API key from a Secret, the termination message the loop
 // writes to CLAWFARM_TERMINATION_LOG (/dev/termination-log), the finalizer.
 func TestAttemptPodAsTheOperatorBuildsIt(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	ctx := context.Background()
 	if _, err := cs.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{

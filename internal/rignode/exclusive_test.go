@@ -30,6 +30,7 @@ func rigPod(t *testing.T, ns, name, rig string, args ...string) *corev1.Pod {
 // the old one holds on the rig's directory says so — and until then the new
 // pod says what it waits for.
 func TestNextPodOnARigWaitsForTheOldProcess(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		grace *int64
@@ -63,6 +64,7 @@ func TestNextPodOnARigWaitsForTheOldProcess(t *testing.T) {
 // A pod deleted while it waits for a rig's directory never starts: the
 // next pod's process must not run for a pod that is gone.
 func TestPodDeletedWhileWaitingForARigNeverStarts(t *testing.T) {
+	t.Parallel()
 	rig := t.TempDir()
 	ns := namespace(t)
 	old := create(t, rigPod(t, ns, "old", rig, "hold", "/rig/lock", "600"))

@@ -19,6 +19,7 @@ import (
 )
 
 func TestPodSucceedsWithExitZeroAndMessage(t *testing.T) {
+	t.Parallel()
 	pod := create(t, newPod(t, "exit", "0", `{"sentinel":"DONE"}`))
 	p := waitPod(t, pod, 30*time.Second, "phase Succeeded", phaseIs(corev1.PodSucceeded))
 	term := terminated(t, p)
@@ -34,6 +35,7 @@ func TestPodSucceedsWithExitZeroAndMessage(t *testing.T) {
 }
 
 func TestPodFailsWithExitCodeAndMessage(t *testing.T) {
+	t.Parallel()
 	pod := create(t, newPod(t, "exit", "12", `{"sentinel":"STUCK"}`))
 	p := waitPod(t, pod, 30*time.Second, "phase Failed", phaseIs(corev1.PodFailed, corev1.PodSucceeded))
 	if p.Status.Phase != corev1.PodFailed {
@@ -46,6 +48,7 @@ func TestPodFailsWithExitCodeAndMessage(t *testing.T) {
 }
 
 func TestFallbackToLogsOnError(t *testing.T) {
+	t.Parallel()
 	pod := newPod(t, "exit", "3")
 	pod.Spec.Containers[0].TerminationMessagePolicy = corev1.TerminationMessageFallbackToLogsOnError
 	p := waitPod(t, create(t, pod), 30*time.Second, "phase Failed", phaseIs(corev1.PodFailed))
@@ -58,6 +61,7 @@ func TestFallbackToLogsOnError(t *testing.T) {
 // on a kubelet, and the pod stays Pending (retried; the operator's startup
 // timeout bounds it).
 func TestUnreachableRegistryWaitsErrImagePull(t *testing.T) {
+	t.Parallel()
 	pod := newPod(t, "exit", "0")
 	pod.Spec.Containers[0].Image = "127.0.0.1:1/nothing:v1"
 	p := waitPod(t, create(t, pod), 30*time.Second, "waiting ErrImagePull", waitingFor(rignode.ReasonErrImagePull))
@@ -70,6 +74,7 @@ func TestUnreachableRegistryWaitsErrImagePull(t *testing.T) {
 }
 
 func TestEnvFromSecretConfigMapAndFields(t *testing.T) {
+	t.Parallel()
 	pod := newPod(t, "env", "KEY", "MODE", "NAME", "NS", "NODE", "RUN", "SA", "DIR", "EXPANDED")
 	ctx := context.Background()
 	if _, err := cs.CoreV1().Secrets(pod.Namespace).Create(ctx, &corev1.Secret{
@@ -114,6 +119,7 @@ func TestEnvFromSecretConfigMapAndFields(t *testing.T) {
 }
 
 func TestConfigMapSecretAndHostPathVolumes(t *testing.T) {
+	t.Parallel()
 	host := t.TempDir()
 	if err := os.WriteFile(filepath.Join(host, "memory.md"), []byte("remember"), 0o644); err != nil {
 		t.Fatal(err)
@@ -154,6 +160,7 @@ func TestConfigMapSecretAndHostPathVolumes(t *testing.T) {
 }
 
 func TestDeleteSendsSIGTERMThenSIGKILLAfterGrace(t *testing.T) {
+	t.Parallel()
 	marker := filepath.Join(t.TempDir(), "signals")
 	pod := newPod(t, "stubborn", marker)
 	pod.Finalizers = []string{"test.clawfarm.dev/keep"} // keep the pod to read its final status
@@ -184,6 +191,7 @@ func TestDeleteSendsSIGTERMThenSIGKILLAfterGrace(t *testing.T) {
 }
 
 func TestDeleteEndsCooperativeProcessAtSIGTERM(t *testing.T) {
+	t.Parallel()
 	pod := newPod(t, "sleep")
 	pod.Finalizers = []string{"test.clawfarm.dev/keep"}
 	pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](30)
@@ -209,6 +217,7 @@ func removeFinalizer(t *testing.T, p *corev1.Pod) {
 }
 
 func TestActiveDeadlineFailsThePod(t *testing.T) {
+	t.Parallel()
 	pod := newPod(t, "sleep")
 	pod.Spec.ActiveDeadlineSeconds = ptr.To[int64](1)
 	p := waitPod(t, create(t, pod), 30*time.Second, "phase Failed", phaseIs(corev1.PodFailed, corev1.PodSucceeded))
@@ -221,6 +230,7 @@ func TestActiveDeadlineFailsThePod(t *testing.T) {
 }
 
 func TestOnFailureRestartsUntilSuccess(t *testing.T) {
+	t.Parallel()
 	counter := filepath.Join(t.TempDir(), "runs")
 	pod := newPod(t, "count", counter)
 	pod.Spec.RestartPolicy = corev1.RestartPolicyOnFailure
@@ -232,6 +242,7 @@ func TestOnFailureRestartsUntilSuccess(t *testing.T) {
 }
 
 func TestContainerLogs(t *testing.T) {
+	t.Parallel()
 	pod := create(t, newPod(t, "lines", "5", "200ms"))
 	waitPod(t, pod, 30*time.Second, "phase Running", phaseIs(corev1.PodRunning))
 	ctx := context.Background()
@@ -270,6 +281,7 @@ func TestContainerLogs(t *testing.T) {
 }
 
 func TestServiceAccountTokenGivesAWorkingKubeconfig(t *testing.T) {
+	t.Parallel()
 	pod := newPod(t, "whoami")
 	ctx := context.Background()
 	if _, err := cs.CoreV1().ServiceAccounts(pod.Namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "loop"}}, metav1.CreateOptions{}); err != nil {
@@ -301,6 +313,7 @@ func TestServiceAccountTokenGivesAWorkingKubeconfig(t *testing.T) {
 }
 
 func TestPodWaitsForAConfigMapCreatedAfterIt(t *testing.T) {
+	t.Parallel()
 	pod := newPod(t, "cat", "/etc/late/k")
 	pod.Spec.Volumes = []corev1.Volume{{Name: "late", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "late"}}}}}
 	pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "late", MountPath: "/etc/late"}}
@@ -316,6 +329,7 @@ func TestPodWaitsForAConfigMapCreatedAfterIt(t *testing.T) {
 }
 
 func TestFollowLogsThroughTheAPIServer(t *testing.T) {
+	t.Parallel()
 	pod := create(t, newPod(t, "lines", "4", "300ms"))
 	waitPod(t, pod, 30*time.Second, "phase Running", phaseIs(corev1.PodRunning))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

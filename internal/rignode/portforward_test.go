@@ -24,6 +24,7 @@ import (
 // pod's port on the host. Both of kubectl's dialers are exercised: SPDY,
 // and SPDY tunnelled over a websocket that the API server translates.
 func TestPortForwardThroughTheAPIServer(t *testing.T) {
+	t.Parallel()
 	port := freePort()
 	pod := newPod(t, "echo", fmt.Sprint(port))
 	pod = create(t, pod)

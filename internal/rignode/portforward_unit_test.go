@@ -15,6 +15,7 @@ import (
 // PortForward as virtual-kubelet calls it, with one end of a pipe as the
 // client's stream, against servers listening on the host.
 func TestPortForwardCopiesBothWaysUntilOneSideCloses(t *testing.T) {
+	t.Parallel()
 	p := newTestProvider(t)
 	pod := shPod("server", "sleep 60", corev1.RestartPolicyNever)
 	if err := p.CreatePod(context.Background(), pod); err != nil {
@@ -53,6 +54,7 @@ func TestPortForwardCopiesBothWaysUntilOneSideCloses(t *testing.T) {
 }
 
 func TestPortForwardRefusals(t *testing.T) {
+	t.Parallel()
 	p := newTestProvider(t)
 	pod := shPod("server", "sleep 60", corev1.RestartPolicyNever)
 	if err := p.CreatePod(context.Background(), pod); err != nil {

@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -25,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/clawfarm/clawfarm/internal/rignode"
+	"github.com/clawfarm/clawfarm/internal/testing/testenv"
 )
 
 // The test binary doubles as the program pods run: with RIGNODE_TEST_HELPER=1
@@ -49,6 +51,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv("RIGNODE_TEST_HELPER") == "1" {
 		os.Exit(helper(os.Args[1:]))
 	}
+	testenv.MainNeeds(testenv.Assets)
 	os.Exit(runSuite(m))
 }
 
@@ -292,12 +295,11 @@ func newPod(t *testing.T, args ...string) *corev1.Pod {
 	}
 }
 
-var nsCounter int
+var nsCounter atomic.Int64
 
 func namespace(t *testing.T) string {
 	t.Helper()
-	nsCounter++
-	name := fmt.Sprintf("t%d-%s", nsCounter, strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")))
+	name := fmt.Sprintf("t%d-%s", nsCounter.Add(1), strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")))
 	if len(name) > 60 {
 		name = name[:60]
 	}

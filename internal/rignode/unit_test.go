@@ -19,6 +19,7 @@ import (
 )
 
 func TestImageMap(t *testing.T) {
+	t.Parallel()
 	m, err := ParseImageMap("ghcr.io/clawfarm/loop=/bin/loop, clawfarm/manager:dev=/bin/manager")
 	if err != nil {
 		t.Fatal(err)
@@ -63,6 +64,7 @@ func TestImageMap(t *testing.T) {
 }
 
 func TestPathMap(t *testing.T) {
+	t.Parallel()
 	var m PathMap
 	m.Add("/etc/clawfarm/skills/a", "/h/a")
 	m.Add("/etc/clawfarm/skills", "/h/skills")
@@ -83,6 +85,7 @@ func TestPathMap(t *testing.T) {
 }
 
 func TestExpand(t *testing.T) {
+	t.Parallel()
 	env := map[string]string{"A": "1", "B": "two"}
 	for in, want := range map[string]string{
 		"$(A)-$(B)": "1-two",
@@ -98,6 +101,7 @@ func TestExpand(t *testing.T) {
 }
 
 func TestParseTaintsAndLabels(t *testing.T) {
+	t.Parallel()
 	ts, err := ParseTaints("farm.clawfarm.dev/rig=true:NoSchedule,dedicated:NoExecute")
 	if err != nil || len(ts) != 2 || ts[0].Value != "true" || ts[1].Key != "dedicated" || ts[1].Effect != corev1.TaintEffectNoExecute {
 		t.Fatalf("taints %v, %v", ts, err)
@@ -117,6 +121,7 @@ func TestParseTaintsAndLabels(t *testing.T) {
 }
 
 func TestFieldValue(t *testing.T) {
+	t.Parallel()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u", Labels: map[string]string{"batch.kubernetes.io/job-name": "job-1"}},
 		Spec:       corev1.PodSpec{NodeName: "n", ServiceAccountName: "sa"},
@@ -135,6 +140,7 @@ func TestFieldValue(t *testing.T) {
 }
 
 func TestStreamLogOptions(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "1.log")
 	w, err := newLogWriter(path, 0, 0)
 	if err != nil {
@@ -176,6 +182,7 @@ func TestStreamLogOptions(t *testing.T) {
 // maxFiles files are kept, and a reader sees the rotated lines before the
 // current ones, and follows the log across a rotation.
 func TestLogRotation(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "1.log")
 	// Each stamped line is 30 (timestamp) + 1 + 4 + 1 = 36 bytes; 100 bytes
 	// hold two lines, so every third line rotates.
@@ -244,6 +251,7 @@ func TestLogRotation(t *testing.T) {
 // process the shim started: a pid reused by an unrelated process is neither
 // adopted nor signalled.
 func TestAdoptionChecksTheProcessIdentity(t *testing.T) {
+	t.Parallel()
 	if _, ok := procIdentity(os.Getpid()); !ok {
 		t.Skip("no process identity on this system: nothing is ever adopted")
 	}

@@ -12,6 +12,7 @@ import (
 // An image whose symlink points out of its root cannot carry a later
 // entry's write (or a hard link's source) through it.
 func TestUntarRefusesWritesThroughSymlinks(t *testing.T) {
+	t.Parallel()
 	outside := t.TempDir()
 	for _, second := range []*tar.Header{
 		{Name: "etc/passwd", Typeflag: tar.TypeReg, Mode: 0o644, Size: 1},
@@ -41,6 +42,7 @@ func TestUntarRefusesWritesThroughSymlinks(t *testing.T) {
 
 // Ordinary entries, a relative symlink and a hard link unpack.
 func TestUntarUnpacksFilesLinksAndDirs(t *testing.T) {
+	t.Parallel()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, h := range []*tar.Header{

@@ -49,6 +49,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	testenv.MainNeeds(testenv.Assets)
 	var err error
 	if env, err = testenv.Start("../../config/crd/bases"); err != nil {
 		fmt.Fprintln(os.Stderr, err)

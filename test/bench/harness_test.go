@@ -38,6 +38,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/internal/testing/gobuild"
 )
 
 // auditPolicy logs every write at the Metadata level, once, when it is
@@ -322,12 +323,7 @@ func (p *process) exited() bool {
 // buildManager builds cmd/manager once per benchmark run.
 func buildManager(t *testing.T) string {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), "manager")
-	cmd := exec.Command("go", "build", "-o", out, "../../cmd/manager")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build cmd/manager: %v\n%s", err, b)
-	}
-	return out
+	return gobuild.Build(t, "../../cmd/manager")
 }
 
 // freePort is a loopback port nothing listens on now.

@@ -28,6 +28,7 @@ import (
 	"github.com/clawfarm/clawfarm/controllers/devicerig"
 	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/testing/fakekubelet"
+	"github.com/clawfarm/clawfarm/internal/testing/testenv"
 )
 
 // scaleSize is one size of the scale benchmark.
@@ -63,9 +64,7 @@ func TestBenchScale(t *testing.T) {
 	if s, ok := scaleSizes[os.Getenv("BENCH_SCALE")]; ok {
 		size = s
 	}
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		t.Fatal("KUBEBUILDER_ASSETS is not set: run `make test` or `make bench-scale`, which build the control plane from source")
-	}
+	testenv.Needs(t, testenv.Assets)
 	managerBin := buildManager(t)
 
 	api := startAPIServer(t, 5000) // the fake kubelet stands for many kubelets

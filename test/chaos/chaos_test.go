@@ -45,6 +45,7 @@ import (
 	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/followup"
 	"github.com/clawfarm/clawfarm/internal/testing/fakekubelet"
+	"github.com/clawfarm/clawfarm/internal/testing/gobuild"
 	"github.com/clawfarm/clawfarm/internal/testing/testenv"
 )
 
@@ -74,6 +75,7 @@ var (
 const ns = "farm"
 
 func TestChaos(t *testing.T) {
+	testenv.Needs(t, testenv.Assets)
 	sc := short
 	if os.Getenv("CHAOS") == "full" {
 		sc = full
@@ -491,11 +493,7 @@ type replicas struct {
 func startManagers(t *testing.T, env *testenv.Env) *replicas {
 	t.Helper()
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "manager")
-	build := exec.Command("go", "build", "-o", bin, "../../cmd/manager")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build the manager: %v\n%s", err, out)
-	}
+	bin := gobuild.Build(t, "../../cmd/manager")
 	kc, err := env.Kubeconfig("chaos-manager")
 	if err != nil {
 		t.Fatal(err)

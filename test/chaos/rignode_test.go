@@ -20,6 +20,7 @@ import (
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/rignode"
+	"github.com/clawfarm/clawfarm/internal/testing/gobuild"
 	"github.com/clawfarm/clawfarm/internal/testing/testenv"
 )
 
@@ -95,10 +96,7 @@ type agent struct {
 // the loop image mapped to this test binary.
 func startRignode(t *testing.T, env *testenv.Env, dir string) *agent {
 	t.Helper()
-	bin := filepath.Join(dir, "rignode")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/rignode").CombinedOutput(); err != nil {
-		t.Fatalf("build rignode: %v\n%s", err, out)
-	}
+	bin := gobuild.Build(t, "../../cmd/rignode")
 	kc, err := env.Kubeconfig("chaos-rignode")
 	if err != nil {
 		t.Fatal(err)

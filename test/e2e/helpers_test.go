@@ -130,7 +130,7 @@ func succeededReason(r *farmv1.AgentRun) string {
 	return ""
 }
 
-// runningPod waits until the run's attempt pod of that name is Running on the rig node.
+// runningPod waits until the run's attempt pod of that name is Running on its rig's node.
 func runningPod(t *testing.T, name string, timeout time.Duration) *corev1.Pod {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
@@ -138,8 +138,12 @@ func runningPod(t *testing.T, name string, timeout time.Duration) *corev1.Pod {
 	for {
 		err := cluster.Client.Get(context.Background(), client.ObjectKey{Namespace: devcluster.RunNamespace, Name: name}, &pod)
 		if err == nil && pod.Status.Phase == corev1.PodRunning {
-			if pod.Spec.NodeName != devcluster.RigNode {
-				t.Fatalf("pod %s runs on %q, want the rig node %s", name, pod.Spec.NodeName, devcluster.RigNode)
+			var r farmv1.DeviceRig
+			if err := cluster.Client.Get(context.Background(), client.ObjectKey{Namespace: devcluster.RunNamespace, Name: pod.Labels[farmv1.LabelRig]}, &r); err != nil {
+				t.Fatalf("the rig of pod %s: %v", name, err)
+			}
+			if pod.Spec.NodeName != r.Spec.NodeName || !strings.HasPrefix(r.Spec.NodeName, devcluster.RigNode) {
+				t.Fatalf("pod %s runs on %q, want its rig %s's node %s, a rig host", name, pod.Spec.NodeName, r.Name, r.Spec.NodeName)
 			}
 			return &pod
 		}

@@ -59,6 +59,9 @@ func run(m *testing.M) int {
 	cluster, err = devcluster.Up(ctx, devcluster.Config{
 		Root: root, Dir: dir, Rigs: rigCount, BasePort: base, Manager: mgr, Build: os.Getenv("E2E_BUILD") != "0",
 		K8sDir: os.Getenv("KUBEBUILDER_ASSETS"), RigsimArgs: []string{"--reply-after=30s"},
+		// The rignode tests kill and pause their rig's node agent: on nodes of
+		// their own, the other tests' sessions run on meanwhile.
+		OwnHosts: []int{rigHostKill, rigHostPause},
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: dev cluster:", err)

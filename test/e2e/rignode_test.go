@@ -11,11 +11,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
-	"github.com/clawfarm/clawfarm/internal/dev/devcluster"
 )
 
-// These tests take the rig host's node agent away from every rig at once,
-// so they do not run in parallel: Go runs them before the parallel tests start.
+// These tests take a rig host's node agent away: their rigs each sit on a
+// rig host of their own (the suite's OwnHosts), so the other tests' sessions,
+// on the shared rig host, run on meanwhile.
 
 // The rig host's rignode SIGKILLed mid-session and started again: the
 // session runs on while no rignode runs (rigsim keeps receiving its calls),
@@ -23,6 +23,7 @@ import (
 // runs), and the run ends with the scenario's sentinel on its first attempt,
 // from the same process — not a retry.
 func TestRignodeKilledMidRun(t *testing.T) {
+	t.Parallel()
 	// Taps of 10 s: the session lasts about 40 s, past rignode's restart.
 	setFaults(t, rigHostKill, `{"latency": {"tap": "200s", "peek": "60s"}}`)
 	defer clearFaults(t, rigHostKill)
@@ -30,7 +31,7 @@ func TestRignodeKilledMidRun(t *testing.T) {
 	pod := runningPod(t, "e2e-rignode-kill-a1", time.Minute)
 	before := waitCalls(t, rigHostKill, 0, 30*time.Second)
 
-	name := "rignode-" + devcluster.RigNode
+	name := "rignode-" + cluster.RigHost(rigHostKill)
 	cluster.Proc(name).Kill()
 	t.Logf("killed %s after %d rig calls", name, before)
 	during := waitCalls(t, rigHostKill, before, 20*time.Second)
@@ -69,6 +70,7 @@ func TestRignodeKilledMidRun(t *testing.T) {
 // calls keep coming during the pause, the node's NotReady spell costs the
 // run nothing, and it ends DONE on its first attempt.
 func TestRignodePausedMidRun(t *testing.T) {
+	t.Parallel()
 	// Taps of 40 s: the session outlasts the two-minute pause. (The Wi-Fi
 	// task, not the timer: a 5-minute timer on the phone's fast clock would
 	// ring out between two such taps.)
@@ -78,7 +80,7 @@ func TestRignodePausedMidRun(t *testing.T) {
 	pod := runningPod(t, "e2e-rignode-pause-a1", time.Minute)
 	before := waitCalls(t, rigHostPause, 0, 30*time.Second)
 
-	p := cluster.Proc("rignode-" + devcluster.RigNode)
+	p := cluster.Proc("rignode-" + cluster.RigHost(rigHostPause))
 	if err := syscall.Kill(p.PID, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,6 @@ import (
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/internal/contract"
-	"github.com/clawfarm/clawfarm/internal/dev/devcluster"
 	"github.com/clawfarm/clawfarm/internal/followup"
 )
 
@@ -29,8 +28,8 @@ func TestDone(t *testing.T) {
 	if run.Status.Sentinel != "DONE" || run.Status.Attempt != 1 || succeededReason(run) != farmv1.ReasonDone {
 		t.Fatalf("sentinel %q attempt %d reason %q, want DONE, 1, Done (%s)", run.Status.Sentinel, run.Status.Attempt, succeededReason(run), attemptsSummary(run))
 	}
-	if len(run.Status.Attempts) != 1 || run.Status.Attempts[0].Node != devcluster.RigNode || *run.Status.Attempts[0].ExitCode != 0 {
-		t.Fatalf("attempts %s, want one on %s with exit 0", attemptsSummary(run), devcluster.RigNode)
+	if len(run.Status.Attempts) != 1 || run.Status.Attempts[0].Node != cluster.RigHost(rigDone) || *run.Status.Attempts[0].ExitCode != 0 {
+		t.Fatalf("attempts %s, want one on %s with exit 0", attemptsSummary(run), cluster.RigHost(rigDone))
 	}
 	st := rigState(t, rigDone)
 	if !st.Timer.Running || st.Timer.DurationSeconds != 300 {

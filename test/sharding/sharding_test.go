@@ -67,6 +67,7 @@ func (s *shard) serves(name string) bool {
 }
 
 func TestMain(m *testing.M) {
+	testenv.MainNeeds(testenv.Assets)
 	var err error
 	if env, err = testenv.Start("../../config/crd/bases"); err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -88,7 +88,7 @@ func Up(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		{"kube-controller-manager and kube-scheduler", c.startControllers},
 		{"rigsim and modelsim", c.startSimulators},
 		{"the registry and the images", c.startRegistry},
-		{"rignode (nodes " + SystemNode + ", " + RigNode + ")", c.startNodes},
+		{"rignode (nodes " + strings.Join(nodeNames(cfg.nodes()), ", ") + ")", c.startNodes},
 		{"the operator (" + string(cfg.Manager) + ")", c.installOperator},
 		{fmt.Sprintf("%d DeviceRigs", cfg.Rigs), c.registerRigs},
 	}
@@ -155,7 +155,7 @@ func (c *Cluster) prepare(ctx context.Context) error {
 	if err := os.MkdirAll(filepath.Join(c.Dir, "logs"), 0o755); err != nil {
 		return err
 	}
-	nodes := []string{SystemNode, RigNode}
+	nodes := nodeNames(c.nodes())
 	var err error
 	if c.pki, err = EnsurePKI(filepath.Join(c.Dir, "pki"), nodes); err != nil {
 		return err
@@ -221,9 +221,11 @@ func (c *Cluster) checkPorts() error {
 	p := c.Ports()
 	named := map[string]int{"etcd": p.Etcd, "etcd peer": p.EtcdPeer, "kube-apiserver": p.APIServer,
 		"kube-controller-manager": p.ControllerManager, "kube-scheduler": p.Scheduler,
-		"rignode " + SystemNode: p.SystemKubelet, "rignode " + RigNode: p.RigKubelet,
 		"manager metrics": p.ManagerMetrics, "manager probes": p.ManagerProbes, "modelsim": p.Modelsim, "rigsim": p.Rigsim,
 		"registry": p.Registry, "trace server": p.TraceServer}
+	for _, n := range c.nodes() {
+		named["rignode "+n.name] = n.port
+	}
 	var taken []string
 	for what, port := range named {
 		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
@@ -238,7 +240,7 @@ func (c *Cluster) checkPorts() error {
 	}
 	sort.Strings(taken)
 	return fmt.Errorf("ports taken: %s; is another dev cluster up? Stop it, or pick other ports with --base-port (the cluster uses %d ports from it)",
-		strings.Join(taken, ", "), PortCount)
+		strings.Join(taken, ", "), c.portCount())
 }
 
 func (c *Cluster) run(name, bin string, args, env []string) (*Proc, error) {
@@ -377,21 +379,13 @@ func (c *Cluster) startSimulators(ctx context.Context) error {
 	})
 }
 
-// startNodes starts two rignode agents: the untainted system node (the
-// manager, follow-up Jobs) and the tainted rig host (loop pods). They pull
-// every image from the cluster's registry.
+// startNodes starts the rignode agents: the untainted system node (the
+// manager, follow-up Jobs), the tainted rig host (loop pods) and the rigs'
+// own hosts. They pull every image from the cluster's registry.
 func (c *Cluster) startNodes(ctx context.Context) error {
-	p := c.Ports()
 	var procs []*Proc
-	for _, n := range []struct {
-		name   string
-		port   int
-		labels string
-		taint  string
-	}{
-		{SystemNode, p.SystemKubelet, "farm.clawfarm.dev/dev-node=system", ""},
-		{RigNode, p.RigKubelet, farmv1.TaintRig + "=true", farmv1.TaintRig + "=true:NoSchedule"},
-	} {
+	nodes := c.nodes()
+	for _, n := range nodes {
 		args := rignodeArgs(rignodeSettings{
 			Kubeconfig: c.kubeconfigOf("node-" + n.name), Node: n.name, Port: n.port,
 			Cert: c.pki.File("node-" + n.name + ".crt"), Key: c.pki.File("node-" + n.name + ".key"), CA: c.pki.File("ca.crt"),
@@ -404,8 +398,8 @@ func (c *Cluster) startNodes(ctx context.Context) error {
 		}
 		procs = append(procs, proc)
 	}
-	return waitFor(ctx, "both nodes Ready", 90*time.Second, procs, func() error {
-		for _, n := range []string{SystemNode, RigNode} {
+	return waitFor(ctx, "every node Ready", 90*time.Second, procs, func() error {
+		for _, n := range nodeNames(nodes) {
 			var node corev1.Node
 			if err := c.Client.Get(ctx, client.ObjectKey{Name: n}, &node); err != nil {
 				return err
@@ -459,7 +453,7 @@ func (c *Cluster) DeviceRig(i int) *farmv1.DeviceRig {
 	rig := &farmv1.DeviceRig{}
 	rig.Namespace, rig.Name = RunNamespace, RigName(i)
 	rig.Labels = map[string]string{"pool": "sim", "farm.clawfarm.dev/dev-cluster": "true"}
-	rig.Spec.NodeName = RigNode
+	rig.Spec.NodeName = c.RigHost(i)
 	rig.Spec.Endpoint.URL = c.RigURL(i) + "/mcp"
 	rig.Spec.Endpoint.HealthURL = c.RigURL(i) + "/api/status"
 	rig.Spec.Phone.Platform, rig.Spec.Phone.Model = "ios", "rigsim"

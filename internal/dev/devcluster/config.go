@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 )
 
 const (
@@ -63,6 +65,10 @@ type Config struct {
 	RigProbeInterval time.Duration
 	// RigsimArgs are extra rigsim flags (e.g. --reply-after).
 	RigsimArgs []string
+	// OwnHosts are rigs that each sit on a rig host of their own (RigHost),
+	// run by a rignode of its own: a test may kill or pause that node's agent
+	// without touching the other rigs' sessions. The other rigs are on RigNode.
+	OwnHosts []int
 	// Build runs `go build -o bin/ ./cmd/...` for the project's binaries first.
 	Build bool
 	// K8sDir is where the control-plane binaries are (default: hack/build-k8s.sh's answer).
@@ -93,8 +99,51 @@ func (c Config) Ports() Ports {
 	}
 }
 
-// PortCount is how many consecutive ports a cluster uses.
+// PortCount is how many consecutive ports a cluster uses, besides one for
+// each rig host of a rig's own (Config.OwnHosts), which come after them.
 const PortCount = 13
+
+// portCount is how many consecutive ports this cluster uses.
+func (c Config) portCount() int { return PortCount + len(c.OwnHosts) }
+
+// RigHost is the node rig i sits on: its own rig host when OwnHosts names
+// it, else RigNode.
+func (c Config) RigHost(i int) string {
+	for _, h := range c.OwnHosts {
+		if h == i {
+			return fmt.Sprintf("%s-%d", RigNode, i)
+		}
+	}
+	return RigNode
+}
+
+// node is one of the cluster's nodes, each run by a rignode of its own.
+type node struct {
+	name, labels, taint string
+	port                int
+}
+
+// nodes are the system node, the rig host and the rigs' own hosts.
+func (c Config) nodes() []node {
+	p := c.Ports()
+	rigTaint := farmv1.TaintRig + "=true:NoSchedule"
+	ns := []node{
+		{SystemNode, "farm.clawfarm.dev/dev-node=system", "", p.SystemKubelet},
+		{RigNode, farmv1.TaintRig + "=true", rigTaint, p.RigKubelet},
+	}
+	for k, i := range c.OwnHosts {
+		ns = append(ns, node{c.RigHost(i), farmv1.TaintRig + "=true", rigTaint, c.BasePort + PortCount + k})
+	}
+	return ns
+}
+
+func nodeNames(ns []node) []string {
+	var out []string
+	for _, n := range ns {
+		out = append(out, n.name)
+	}
+	return out
+}
 
 // DefaultBasePort is the first port of the default cluster.
 const DefaultBasePort = 17400
@@ -123,8 +172,15 @@ func (c *Config) defaults() error {
 	if c.BasePort == 0 {
 		c.BasePort = DefaultBasePort
 	}
-	if c.BasePort < 1024 || c.BasePort+PortCount > 65535 {
-		return fmt.Errorf("base port %d: want 1024 to %d", c.BasePort, 65535-PortCount)
+	if c.BasePort < 1024 || c.BasePort+c.portCount() > 65535 {
+		return fmt.Errorf("base port %d: want 1024 to %d", c.BasePort, 65535-c.portCount())
+	}
+	seen := map[int]bool{}
+	for _, i := range c.OwnHosts {
+		if i < 0 || i >= c.Rigs || seen[i] {
+			return fmt.Errorf("own hosts %v: want distinct rigs from 0 to %d", c.OwnHosts, c.Rigs-1)
+		}
+		seen[i] = true
 	}
 	if c.Manager == "" {
 		c.Manager = ManagerChart

@@ -96,6 +96,7 @@ func TestConfigDefaultsAndErrors(t *testing.T) {
 	}
 	for _, bad := range []Config{
 		{Root: "/x", Rigs: -1}, {Root: "/x", BasePort: 80}, {Root: "/x", Manager: "docker"},
+		{Root: "/x", OwnHosts: []int{5}}, {Root: "/x", OwnHosts: []int{1, 1}},
 	} {
 		if err := bad.defaults(); err == nil {
 			t.Errorf("%+v: no error", bad)
@@ -273,5 +274,34 @@ func TestAliveChecksTheProgram(t *testing.T) {
 func TestClipLines(t *testing.T) {
 	if got := clipLines("abcdef\nabc\nnamé long\n", 4); got != "abcd\nabc\nnamé\n" {
 		t.Fatalf("clipLines = %q", got)
+	}
+}
+
+// A rig on a host of its own gets a node and a rignode port of its own,
+// after the fixed ones; the other rigs stay on the shared rig host.
+func TestOwnHosts(t *testing.T) {
+	t.Parallel()
+	c := Config{Root: t.TempDir(), Rigs: 4, OwnHosts: []int{1, 3}}
+	if err := c.defaults(); err != nil {
+		t.Fatal(err)
+	}
+	if c.RigHost(0) != RigNode || c.RigHost(2) != RigNode || c.RigHost(1) != RigNode+"-1" || c.RigHost(3) != RigNode+"-3" {
+		t.Fatalf("rig hosts %s %s %s %s", c.RigHost(0), c.RigHost(1), c.RigHost(2), c.RigHost(3))
+	}
+	ports := map[int]string{}
+	for _, n := range c.nodes() {
+		if other, ok := ports[n.port]; ok {
+			t.Fatalf("nodes %s and %s share port %d", other, n.name, n.port)
+		}
+		ports[n.port] = n.name
+		if n.name != SystemNode && n.taint == "" {
+			t.Errorf("rig host %s is not tainted", n.name)
+		}
+	}
+	if len(ports) != 4 || ports[c.BasePort+PortCount] != RigNode+"-1" || ports[c.BasePort+PortCount+1] != RigNode+"-3" {
+		t.Fatalf("node ports %v", ports)
+	}
+	if cl := (&Cluster{Config: c}); cl.DeviceRig(3).Spec.NodeName != RigNode+"-3" || cl.DeviceRig(0).Spec.NodeName != RigNode {
+		t.Fatal("a DeviceRig does not name its rig's host")
 	}
 }

@@ -17,17 +17,13 @@ import (
 	"github.com/clawfarm/clawfarm/internal/sim/modelsim"
 	"github.com/clawfarm/clawfarm/internal/sim/rigsim"
 	"github.com/clawfarm/clawfarm/internal/sim/rigsim/phone"
+	"github.com/clawfarm/clawfarm/internal/testing/gobuild"
 )
 
 // buildLoop builds the real loop (cmd/loop) once for this test.
 func buildLoop(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "loop")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/clawfarm/clawfarm/cmd/loop").CombinedOutput()
-	if err != nil {
-		t.Fatalf("build cmd/loop: %v\n%s", err, out)
-	}
-	return bin
+	return gobuild.Build(t, "github.com/clawfarm/clawfarm/cmd/loop")
 }
 
 // runLoop runs one attempt of the real loop against a rig and modelsim, and returns its
@@ -71,6 +67,7 @@ func TestScenariosThroughTheRealLoop(t *testing.T) {
 	bin := buildLoop(t)
 	for _, api := range []string{"chat", "responses", "responses-chained"} {
 		t.Run(api, func(t *testing.T) {
+			t.Parallel() // each wire has model servers and rigs of its own
 			var w wireCount
 			scenariosThroughTheRealLoop(t, bin, api, &w)
 			r := w.report()

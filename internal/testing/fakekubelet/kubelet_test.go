@@ -28,6 +28,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	testenv.MainNeeds(testenv.Assets)
 	var err error
 	if env, err = testenv.Start("../../../config/crd/bases"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -57,6 +58,7 @@ func attemptPod(name, rig string) *corev1.Pod {
 // it still notices two live pods on one rig — the check the exclusivity tests
 // and the benchmark rely on.
 func TestEventsDrivePodsAndCatchTwoOnOneRig(t *testing.T) {
+	t.Parallel()
 	s := runtime.NewScheme()
 	if err := corev1.AddToScheme(s); err != nil {
 		t.Fatal(err)
@@ -141,6 +143,7 @@ func TestEventsDrivePodsAndCatchTwoOnOneRig(t *testing.T) {
 // processes run on, hears no force deletion, and on its return reports the
 // ending it missed and kills the process whose pod is gone.
 func TestEventsPartitionAndHeal(t *testing.T) {
+	t.Parallel()
 	s := runtime.NewScheme()
 	if err := corev1.AddToScheme(s); err != nil {
 		t.Fatal(err)

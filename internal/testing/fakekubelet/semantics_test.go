@@ -219,6 +219,7 @@ func heal(t *testing.T, node string) time.Time {
 // one ends by its script while cut off, and its end (exit code, message) is
 // reported only once the node is back, dated when it really happened.
 func TestPartitionedNodeRunsOnAndReportsWhenBack(t *testing.T) {
+	t.Parallel()
 	ns := env.Namespace(t)
 	node := env.MakeNode(t, ns+"-n")
 	runPod(t, ns, "ends", "rig-a", node, 30, false, Ending{After: 1500 * time.Millisecond, Message: "done"})
@@ -268,6 +269,7 @@ func TestPartitionedNodeRunsOnAndReportsWhenBack(t *testing.T) {
 // The node lifecycle controller's flip to Unknown comes after the grace the
 // test chose, or never.
 func TestPartitionFlipsReadyAfterItsGrace(t *testing.T) {
+	t.Parallel()
 	ns := env.Namespace(t)
 	later, never := env.MakeNode(t, ns+"-later"), env.MakeNode(t, ns+"-never")
 	cutOff(t, later, 800*time.Millisecond)
@@ -297,6 +299,7 @@ func TestPartitionFlipsReadyAfterItsGrace(t *testing.T) {
 // its grace period, its process running; back, the kubelet signals it, the
 // process ends, the kubelet reports it and deletes the pod with grace 0.
 func TestPodDeletedOnAPartitionedNodeStaysUntilTheNodeReturns(t *testing.T) {
+	t.Parallel()
 	ns := env.Namespace(t)
 	node := env.MakeNode(t, ns+"-n")
 	pod := runPod(t, ns, "doomed", "rig", node, 1, true, Ending{Hang: true})
@@ -326,6 +329,7 @@ func TestPodDeletedOnAPartitionedNodeStaysUntilTheNodeReturns(t *testing.T) {
 // Deletion sends SIGTERM: a process ends on it at once (exit 143), unless it
 // ignores it, and then SIGKILL ends it when the grace period does (137).
 func TestDeletedPodRunsUntilItsGracePeriodEnds(t *testing.T) {
+	t.Parallel()
 	ns := env.Namespace(t)
 	node := env.MakeNode(t, ns+"-n")
 	polite := runPod(t, ns, "polite", "rig-a", node, 30, true, Ending{Hang: true})
@@ -366,6 +370,7 @@ func TestDeletedPodRunsUntilItsGracePeriodEnds(t *testing.T) {
 // A process stuck terminating keeps itself and its pod object for as long
 // as the script says, past the grace period, and then dies.
 func TestStuckTerminatingKeepsThePod(t *testing.T) {
+	t.Parallel()
 	ns := env.Namespace(t)
 	node := env.MakeNode(t, ns+"-n")
 	pod := runPod(t, ns, "stuck", "rig", node, 1, false, Ending{Hang: true, StuckTerminating: 3 * time.Second})
@@ -386,6 +391,7 @@ func TestStuckTerminatingKeepsThePod(t *testing.T) {
 // container waiting with a kubelet's reason and message, and no process;
 // such a pod deleted is reported Failed and let go.
 func TestContainersThatNeverStart(t *testing.T) {
+	t.Parallel()
 	ns := env.Namespace(t)
 	node := env.MakeNode(t, ns+"-n")
 	runPod(t, ns, "pull", "rig-a", node, 30, false, ImageNotFound("loop", 500*time.Millisecond)) // the pod's image
@@ -435,6 +441,7 @@ func TestContainersThatNeverStart(t *testing.T) {
 // gracefully with DisruptionTarget (EvictionByEvictionAPI), and the process
 // meets SIGTERM.
 func TestEvictionsCarryDisruptionTarget(t *testing.T) {
+	t.Parallel()
 	ns := env.Namespace(t)
 	node := env.MakeNode(t, ns+"-n")
 	runPod(t, ns, "pressure", "rig-a", node, 30, false, Ending{After: 300 * time.Millisecond, Evict: ByKubelet})
@@ -474,6 +481,7 @@ func TestEvictionsCarryDisruptionTarget(t *testing.T) {
 // ledger shows that whole interval, and a pod started on the same rig
 // meanwhile is a violation when the old process outlives SIGTERM.
 func TestForceDeletedPodsProcessRunsUntilItsNodeReturns(t *testing.T) {
+	t.Parallel()
 	ns := env.Namespace(t)
 	n1, n2 := env.MakeNode(t, ns+"-n1"), env.MakeNode(t, ns+"-n2")
 	stubborn := runPod(t, ns, "stubborn", "rig-1", n1, 30, false, Ending{Hang: true, IgnoreSIGTERM: true})
@@ -518,6 +526,7 @@ func TestForceDeletedPodsProcessRunsUntilItsNodeReturns(t *testing.T) {
 // A pod for a node another agent runs (a real rignode beside the fake
 // kubelet) is bound, as the scheduler would, and never run or written.
 func TestForeignNodesPodsAreOnlyBound(t *testing.T) {
+	t.Parallel()
 	ns := env.Namespace(t)
 	node := env.MakeNode(t, ns+"-foreign")
 	runPod(t, ns, "theirs", "rig-f", node, 30, false, Ending{After: 100 * time.Millisecond, Message: "done"})

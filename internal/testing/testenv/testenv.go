@@ -40,10 +40,68 @@ type Env struct {
 	health *httptest.Server
 }
 
+// Assets names the directory of the control plane's binaries envtest runs;
+// `make test` builds them from source and sets it.
+const Assets = "KUBEBUILDER_ASSETS"
+
+// Strict is set to 1 by `make test`: there a test whose tools are missing
+// fails instead of skipping, so a suite is never skipped silently.
+const Strict = "CLAWFARM_TEST_STRICT"
+
+func strict() bool { return os.Getenv(Strict) == "1" }
+
+// MainNeeds is called first by a TestMain whose suite needs the control
+// plane (or another tool named by an environment variable): when one of vars
+// is unset it says so and ends the process, with 0 — the suite is skipped,
+// as `make unit` wants — or with 1 under `make test` (Strict). A process that
+// never reaches m.Run leaves no result in go test's cache.
+func MainNeeds(vars ...string) {
+	for _, v := range vars {
+		if os.Getenv(v) != "" {
+			continue
+		}
+		if strict() {
+			fmt.Fprintf(os.Stderr, "%s is not set, and %s=1 says every test must run: run `make test`, which sets it\n", v, Strict)
+			os.Exit(1)
+		}
+		fmt.Printf("skipping: %s is not set; run `make test`, which builds the control plane and the tools from source and sets it\n", v)
+		os.Exit(0)
+	}
+}
+
+// Needs skips t when one of vars is unset, or fails it under `make test`
+// (Strict). Reading the variables here, inside a test, also makes go test's
+// cache key on their values.
+func Needs(t testing.TB, vars ...string) {
+	t.Helper()
+	for _, v := range vars {
+		if os.Getenv(v) == "" {
+			Unavailable(t, "%s is not set; run `make test`, which builds the control plane and the tools from source and sets it", v)
+		}
+	}
+}
+
+// Unavailable skips t because a tool it needs is missing (why says which),
+// or fails it under `make test` (Strict), where nothing may be skipped.
+func Unavailable(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if strict() {
+		t.Fatalf(format+" (%s=1: every test must run)", append(args, Strict)...)
+	}
+	t.Skipf("skipping: "+format, args...)
+}
+
+// inputs reads, once and inside a test, what the environment gives the
+// suite, so that go test's cache keys on it: a TestMain's own reads happen
+// before go test starts recording them.
+var inputs sync.Once
+
+func recordInputs() { inputs.Do(func() { _ = os.Getenv(Assets) }) }
+
 // Start starts the API server and etcd from KUBEBUILDER_ASSETS with the CRDs
 // in crdDir, and a health route for rigs.
 func Start(crdDir string) (*Env, error) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+	if os.Getenv(Assets) == "" {
 		return nil, fmt.Errorf("KUBEBUILDER_ASSETS is not set: run `make test`, which builds the control plane from source and points envtest at it")
 	}
 	scheme := runtime.NewScheme()
@@ -116,6 +174,7 @@ var nsSeq struct {
 // Namespace makes a fresh namespace for one test.
 func (e *Env) Namespace(t *testing.T) string {
 	t.Helper()
+	recordInputs()
 	nsSeq.Lock()
 	nsSeq.n++
 	name := fmt.Sprintf("t%d-%s", nsSeq.n, strings.Map(func(r rune) rune {
@@ -158,6 +217,7 @@ func (e *Env) MakeRig(t *testing.T, ns, name string, labels map[string]string) *
 // MakeNode creates a Ready node.
 func (e *Env) MakeNode(t *testing.T, name string) string {
 	t.Helper()
+	recordInputs()
 	if err := e.Client.Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
 		t.Fatal(err)
 	}
