@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -75,27 +76,41 @@ func TestModelKeyIsCheckedWhenUsed(t *testing.T) {
 		run.Spec.Model.APIKeySecretRef = &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: name + "-key"}, Key: "key"}
 		create(t, run)
 	}
-	// The suite's config-error grace is a second: the arriving key comes at
-	// once, and the late one once both runs said what they wait for.
-	for _, name := range []string{"arrives", "late"} {
-		got := waitRun(t, ns, name, func(r *farmv1.AgentRun) bool {
-			c := conditions.Get(r.Status.Conditions, farmv1.ConditionModelKey)
-			return c != nil && c.Reason == farmv1.ReasonModelKeyMissing && c.Status == metav1.ConditionFalse
-		})
-		if name == "arrives" {
-			create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "arrives-key", Labels: map[string]string{admission.LabelModelKey: "true"}},
+	// The suite's config-error grace is a second: each key Secret is made
+	// the moment its run says it waits for it — the late one without the
+	// label, the arriving one with it.
+	made := map[string]bool{}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(made) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("runs late and arrives never said they wait for their key Secrets (made: %v)", made)
+		}
+		for _, name := range []string{"arrives", "late"} {
+			if made[name] {
+				continue
+			}
+			got := getRun(t, ns, name)
+			c := conditions.Get(got.Status.Conditions, farmv1.ConditionModelKey)
+			if c == nil || c.Reason != farmv1.ReasonModelKeyMissing || c.Status != metav1.ConditionFalse {
+				continue
+			}
+			labels := map[string]string{admission.LabelModelKey: "true"}
+			if name == "late" {
+				labels = nil
+			}
+			create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-key", Labels: labels},
 				StringData: map[string]string{"key": "s3cret"}})
+			made[name] = true
+			if !strings.Contains(c.Message, "waiting for Secret "+name+"-key") {
+				t.Errorf("%s: ModelKey %q, want it to name the Secret it waits for", name, c.Message)
+			}
+			if n, _ := podAttempts(t, ns, name); n != 0 {
+				t.Errorf("%s: %d pods while its key Secret did not exist, want none", name, n)
+			}
 		}
-		if c := conditions.Get(got.Status.Conditions, farmv1.ConditionModelKey); !strings.Contains(c.Message, "waiting for Secret "+name+"-key") {
-			t.Errorf("%s: ModelKey %q, want it to name the Secret it waits for", name, c.Message)
-		}
-		if n, _ := podAttempts(t, ns, name); n != 0 {
-			t.Errorf("%s: %d pods while its key Secret did not exist, want none", name, n)
-		}
+		time.Sleep(20 * time.Millisecond)
 	}
 
-	// The late Secret appears without the label: refused before any pod.
-	create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "late-key"}, StringData: map[string]string{"key": "not-a-model-key"}})
 	got := waitPhase(t, ns, "late", farmv1.RunFailed)
 	if c := conditions.Get(got.Status.Conditions, farmv1.ConditionSucceeded); c.Reason != farmv1.ReasonInvalidConfig || !strings.Contains(c.Message, admission.LabelModelKey+"=true") {
 		t.Errorf("late: Succeeded %+v, want InvalidConfig naming the label", c)
