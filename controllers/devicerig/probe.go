@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -111,20 +112,23 @@ func sameHost(health, endpoint string) error {
 	return nil
 }
 
-// metadataHosts are names and addresses that answer for a cloud's instance
-// metadata rather than for a rig; link-local addresses (169.254.0.0/16,
-// fe80::/10, where most clouds serve it) are refused by forbiddenIP.
-var metadataHosts = []string{"metadata", "metadata.google.internal", "metadata.goog", "100.100.100.200", "fd00:ec2::254"}
+// metadataNames and metadataAddrs answer for a cloud's instance metadata
+// rather than for a rig; link-local addresses (169.254.0.0/16, fe80::/10,
+// where most clouds serve it) are refused by forbiddenIP.
+var (
+	metadataNames = []string{"metadata", "metadata.google.internal", "metadata.goog"}
+	metadataAddrs = []netip.Addr{netip.MustParseAddr("100.100.100.200"), netip.MustParseAddr("fd00:ec2::254")}
+)
 
 // forbiddenHost says why the manager must not fetch from host, or "".
 func forbiddenHost(host string) string {
-	for _, m := range metadataHosts {
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return forbiddenIP(ip)
+	}
+	for _, m := range metadataNames {
 		if strings.EqualFold(strings.TrimSuffix(host, "."), m) {
 			return fmt.Sprintf("%s answers for the cloud's instance metadata, not for a rig", host)
 		}
-	}
-	if ip, err := netip.ParseAddr(host); err == nil {
-		return forbiddenIP(ip)
 	}
 	return ""
 }
@@ -137,11 +141,8 @@ func forbiddenIP(ip netip.Addr) string {
 		return fmt.Sprintf("%s is a link-local address, where clouds serve instance metadata", ip)
 	case ip.IsUnspecified():
 		return fmt.Sprintf("%s is the unspecified address", ip)
-	}
-	for _, m := range metadataHosts {
-		if a, err := netip.ParseAddr(m); err == nil && a == ip {
-			return fmt.Sprintf("%s answers for the cloud's instance metadata, not for a rig", ip)
-		}
+	case slices.Contains(metadataAddrs, ip.WithZone("")):
+		return fmt.Sprintf("%s answers for the cloud's instance metadata, not for a rig", ip)
 	}
 	return ""
 }
