@@ -29,7 +29,7 @@ func (r *Reconciler) advance(ctx context.Context, run *farmv1.AgentRun, w world,
 		// run starts): give it back and queue like any other run.
 		released, err := r.releaseRig(ctx, run, w)
 		if err != nil || !released {
-			return wakeAt(retryRelease(w, released || err != nil)), err
+			return wakeAt(retryRelease(w, released)), err
 		}
 		w = w.afterRelease(released)
 	}
@@ -82,7 +82,7 @@ func (r *Reconciler) advance(ctx context.Context, run *farmv1.AgentRun, w world,
 		if w.now.Sub(since) >= r.Config.rigNotReadyGrace() {
 			released, err := r.releaseRig(ctx, run, w)
 			if err != nil || !released {
-				return wakeAt(earliest(wake, retryRelease(w, released || err != nil))), err
+				return wakeAt(earliest(wake, retryRelease(w, released))), err
 			}
 			st.Phase = farmv1.RunQueued
 			conditions.False(&st.Conditions, gen, farmv1.ConditionRigLeased, farmv1.ReasonRigNotReady,

@@ -308,7 +308,7 @@ func retryRelease(w world, released bool) time.Time {
 // it cannot.
 func (r *Reconciler) giveBack(ctx context.Context, run *farmv1.AgentRun, w world) (decision, error) {
 	released, err := r.releaseRig(ctx, run, w)
-	return wakeAt(retryRelease(w, released || err != nil)), err
+	return wakeAt(retryRelease(w, released)), err
 }
 
 // mayHandTo says whether the held rig may pass straight to next. A sharded
@@ -332,7 +332,7 @@ func (r *Reconciler) rigLost(ctx context.Context, run *farmv1.AgentRun, w world,
 	}
 	released, err := r.releaseRig(ctx, run, w)
 	if err != nil || !released {
-		return wakeAt(retryRelease(w, released || err != nil)), err
+		return wakeAt(retryRelease(w, released)), err
 	}
 	run.Status.Phase = farmv1.RunQueued
 	conditions.False(&run.Status.Conditions, run.Generation, farmv1.ConditionRigLeased, farmv1.ReasonRigLost,

@@ -56,7 +56,7 @@ func (r *Reconciler) stop(ctx context.Context, run *farmv1.AgentRun, w world, li
 	released, err := r.releaseRig(ctx, run, w)
 	if err != nil || !released {
 		// A pod the cache has not shown yet is still alive.
-		return wakeAt(retryRelease(w, released || err != nil)), err
+		return wakeAt(retryRelease(w, released)), err
 	}
 	r.finishWith(ctx, run, w.now, cause.phase, cause.reason, cause.message)
 	return decision{}, nil
