@@ -200,7 +200,7 @@ func TestRigUnready(t *testing.T) {
 // rig is released.
 func TestCancel(t *testing.T) {
 	t.Parallel()
-	setFaults(t, rigCancel, slowTaps)
+	setFaults(t, rigCancel, crawlingTaps)
 	create(t, newRun("e2e-cancel", rigCancel, "timer", "Set a 5 minute timer in the Clock app and start it."))
 	runningPod(t, "e2e-cancel-a1", time.Minute)
 	// The loop patches its progress into the run (through the pod's service account).

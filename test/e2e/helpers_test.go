@@ -47,6 +47,12 @@ const (
 // time scale), so a timer session lasts about 25 s: long enough to interfere with.
 const slowTaps = `{"latency": {"tap": "100s", "peek": "60s"}}`
 
+// crawlingTaps makes every touch take 30 s, so the four taps before a timer's
+// Start take two minutes: a cancel has that long to land even while another
+// test restarts the manager. The engine cuts a tap in flight at a cancel after
+// its safe-point grace (25 s), so the pod still goes within the test's minute.
+const crawlingTaps = `{"latency": {"tap": "600s", "peek": "60s"}}`
+
 const runTimeout = 4 * time.Minute
 
 func rig(i int) string { return devcluster.RigName(i) }
