@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # build-k8s.sh builds the pinned Kubernetes control plane (kube-apiserver,
-# kube-controller-manager, kube-scheduler, kubectl) and etcd from their Go
-# modules, because prebuilt binaries cannot be downloaded on our machines.
+# kube-controller-manager, kube-scheduler, kubectl), the kubelet of the dev
+# cluster's real nodes and etcd from their Go modules, because prebuilt
+# binaries cannot be downloaded on our machines. The kubelet is built in the
+# same module as the control plane, so it reuses most of its packages.
 #
 # The binaries land in a cache outside the clone,
 #   ${CLAWFARM_CACHE:-$HOME/.cache/clawfarm}/k8s/<k8s-version>/
@@ -39,7 +41,7 @@ fi
 mkdir -p "$OUT"
 link_bin
 
-want=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl)
+want=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet)
 missing=()
 for b in "${want[@]}"; do
   [ -x "$OUT/$b" ] || missing+=("$b")
@@ -78,10 +80,12 @@ build_k8s() {
     } >go.mod.tmp
     mv go.mod.tmp go.mod
     rm -f go.sum
-    for c in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+    for c in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet; do
       go get "k8s.io/kubernetes/cmd/$c@$K8S_VERSION" >&2
     done
   fi
+  # (A cache resolved before the kubelet was built here gains the kubelet's
+  # modules through -mod=mod at its build.)
   local commit minor
   commit="$(GOFLAGS= go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/.*"Hash": "\(.*\)".*/\1/p' | head -1)"
   minor="$(echo "$K8S_VERSION" | cut -d. -f2)"
@@ -90,7 +94,7 @@ build_k8s() {
     ld="$ld -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
     ld="$ld -X $pkg.gitCommit=$commit -X $pkg.gitTreeState=clean -X $pkg.buildDate=$build_date"
   done
-  for c in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+  for c in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet; do
     [ -x "$OUT/$c" ] && continue
     log "go build $c (this is the slow part)"
     go build -trimpath -ldflags "$ld" -o "$OUT/.$c.tmp" "k8s.io/kubernetes/cmd/$c"

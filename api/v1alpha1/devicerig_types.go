@@ -76,6 +76,13 @@ type DeviceRigSpec struct {
 	// +optional
 	StateVolume StateVolume `json:"stateVolume,omitempty"`
 
+	// HostNetwork runs the rig's loop pods in their node's network
+	// namespace, for a phone server on the rig host itself that listens on
+	// the host's loopback (an endpoint on 127.0.0.1). It is the rig admin's
+	// choice: a run cannot ask for it (docs/security.md).
+	// +optional
+	HostNetwork bool `json:"hostNetwork,omitempty"`
+
 	// Skills are skill ConfigMaps every run on this rig gets.
 	// +kubebuilder:validation:MaxItems=16
 	// +optional

@@ -46,6 +46,9 @@ var (
 
 // run is main without the process: settings in, exit code out.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == contract.OwnStateCommand {
+		return ownState(args[1:], stdout, stderr)
+	}
 	cfg, err := parseConfig(args, getenv, stderr)
 	if errors.Is(err, errHelp) {
 		return 0
@@ -131,6 +134,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			}
 			em = events.NewEmitter(io.MultiWriter(sinks...), red, nil)
 		}
+	}
+	if bad := unwritableState(cfg.StateDir, err); bad != nil {
+		if patcher != nil {
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			patcher.Close(cctx)
+			cancel()
+		}
+		return badConfig(cfg, bad, stderr)
 	}
 	if err != nil {
 		// The state directory is locked by another loop, or unusable: this

@@ -61,6 +61,7 @@ func TestChartSchemaRefusesBadValues(t *testing.T) {
 		{"runs.loopPod.resources.request.cpu=1", "'request' not allowed"},
 		{"runs.followUpPod.securityContext.runAsUsr=1", "'runAsUsr' not allowed"},
 		{"runs.loopPod.podSecurityContext.runAsUser=-1", "/runs/loopPod/podSecurityContext/runAsUser"},
+		{"runs.loopPod.apiServer=https://10.0.0.5:6443", "/runs/loopPod/apiServer"},
 		{"runs.followUpPod.resources.limits.memory=lots", "/runs/followUpPod/resources/limits/memory"},
 		{"metrics.serviceMonitor.interval=soon", "/metrics/serviceMonitor/interval"},
 		{"metrics.dashbord.enabled=true", "'dashbord' not allowed"},
@@ -205,6 +206,9 @@ func TestChartPodSettingsReachTheManagersPods(t *testing.T) {
 			t.Errorf("%s securityContext by default %+v, want %+v", name, got[0], got[1])
 		}
 	}
+	if ic := pod.Spec.InitContainers; len(ic) != 1 || ic[0].Name != attempt.StateInitContainerName || !slices.Contains(ic[0].Args, "65532") {
+		t.Errorf("loop pod init containers by default %+v, want own-state for uid 65532 (the hostPath state)", ic)
+	}
 	c := job.Containers[0]
 	if c.ImagePullPolicy != corev1.PullIfNotPresent {
 		t.Errorf("follow-up pull policy %q", c.ImagePullPolicy)
@@ -229,8 +233,16 @@ func TestChartPodSettingsReachTheManagersPods(t *testing.T) {
 		"--set", "runs.loopPod.podSecurityContext.runAsUser=65532",
 		"--set", "runs.loopPod.securityContext.readOnlyRootFilesystem=true",
 		"--set", "runs.followUpPod.resources.limits.memory=96Mi",
+		"--set", "runs.loopPod.apiServer=10.0.0.5:6443",
 	))))
 	lc := pod.Spec.Containers[0]
+	env := map[string]string{}
+	for _, e := range lc.Env {
+		env[e.Name] = e.Value
+	}
+	if env["KUBERNETES_SERVICE_HOST"] != "10.0.0.5" || env["KUBERNETES_SERVICE_PORT"] != "6443" {
+		t.Errorf("runs.loopPod.apiServer: the loop's KUBERNETES_SERVICE_HOST/PORT are %q/%q", env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"])
+	}
 	if lc.ImagePullPolicy != corev1.PullAlways || job.Containers[0].ImagePullPolicy != corev1.PullAlways {
 		t.Errorf("pull policies: loop %q, follow-up %q; want the chart's Always", lc.ImagePullPolicy, job.Containers[0].ImagePullPolicy)
 	}

@@ -11,8 +11,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -76,6 +78,7 @@ type managerFlags struct {
 	runWorkers, rigWorkers         *int
 	traceURL, traceAudience        *string
 	traceKeep                      *int
+	loopAPIServer                  *string
 	pricingConfigMap               *string
 	loopResources, fuResources     *jsonFlag[corev1.ResourceRequirements]
 	loopSecurity, fuSecurity       *jsonFlag[corev1.SecurityContext]
@@ -115,6 +118,7 @@ func newManagerFlags() *managerFlags {
 		traceURL:         fs.String("trace-url", "", "the trace server's URL, as loop pods reach it (e.g. http://clawfarm-server.clawfarm-system.svc:8080); empty: traces stay on the rigs' nodes"),
 		traceAudience:    fs.String("trace-audience", contract.DefaultTraceAudience, "audience of the token projected into loop pods for the trace server"),
 		traceKeep:        fs.Int("rig-trace-keep", 20, "attempts whose trace each rig's state directory keeps; older ones are pruned"),
+		loopAPIServer:    fs.String("loop-api-server", "", "host:port where loop pods reach the API server, for nodes without a Service proxy (e.g. host-network pods on a node without kube-proxy); empty: the kubernetes Service, as the kubelet tells pods"),
 		pricingConfigMap: fs.String("pricing-configmap", "", "namespace/name of the ConfigMap whose key prices.yaml maps model names to prices in USD per million tokens ({input, cachedInput, cacheWrite, output}); it prices the runs without spec.model.pricing. Empty: none"),
 		rigWorkers:       fs.Int("devicerig-workers", 4, "concurrent DeviceRig reconciles (probes run inside them)"),
 		loopResources:    &jsonFlag[corev1.ResourceRequirements]{check: checkResources},
@@ -183,6 +187,14 @@ func (f *managerFlags) parse(args []string) error {
 		fmt.Fprintln(f.fs.Output(), err)
 		return err
 	}
+	if a := *f.loopAPIServer; a != "" {
+		host, port, err := net.SplitHostPort(a)
+		if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n < 1 || n > 65535 {
+			err := fmt.Errorf("invalid value %q for flag -loop-api-server: want host:port (e.g. 10.0.0.5:6443)", a)
+			fmt.Fprintln(f.fs.Output(), err)
+			return err
+		}
+	}
 	return nil
 }
 
@@ -240,6 +252,7 @@ func (f *managerFlags) podDefaults() (attempt.Defaults, followup.JobDefaults) {
 			Image: *f.loopImage, ServiceAccountName: *f.loopSA, ImagePullPolicy: pull,
 			Resources: resources(f.loopResources), SecurityContext: f.loopSecurity.get(), PodSecurityContext: f.loopPodSecurity.get(),
 			TraceURL: *f.traceURL, TraceAudience: *f.traceAudience, TraceKeep: *f.traceKeep,
+			APIServer: *f.loopAPIServer,
 		}, followup.JobDefaults{
 			Image: *f.managerImage, ServiceAccountName: *f.followupSA, AgentJobTTL: *f.agentJobTTL, ImagePullPolicy: pull,
 			Resources: resources(f.fuResources), SecurityContext: f.fuSecurity.get(), PodSecurityContext: f.fuPodSecurity.get(),

@@ -20,3 +20,18 @@ func TestTraceFlags(t *testing.T) {
 		}
 	}
 }
+
+func TestLoopAPIServerFlag(t *testing.T) {
+	f, out, err := parseFlags(t, "--loop-api-server=127.0.0.1:17402")
+	if err != nil {
+		t.Fatalf("parse: %v\n%s", err, out)
+	}
+	if loop, _ := f.podDefaults(); loop.APIServer != "127.0.0.1:17402" {
+		t.Errorf("APIServer %q", loop.APIServer)
+	}
+	for _, bad := range []string{"127.0.0.1", "https://127.0.0.1:6443", ":6443", "h:0", "h:x"} {
+		if _, out, err := parseFlags(t, "--loop-api-server="+bad); err == nil || !strings.Contains(out, "-loop-api-server") || !strings.Contains(out, "want host:port") {
+			t.Errorf("%q: err %v, output %q; want an error naming the flag", bad, err, out)
+		}
+	}
+}

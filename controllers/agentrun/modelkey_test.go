@@ -94,6 +94,11 @@ func TestModelKeyIsCheckedWhenUsed(t *testing.T) {
 			if c == nil || c.Reason != farmv1.ReasonModelKeyMissing || c.Status != metav1.ConditionFalse {
 				continue
 			}
+			// Counted before the Secret exists: once it does, the labelled
+			// one's pod may come at once.
+			if n, _ := podAttempts(t, ns, name); n != 0 {
+				t.Errorf("%s: %d pods while its key Secret did not exist, want none", name, n)
+			}
 			labels := map[string]string{admission.LabelModelKey: "true"}
 			if name == "late" {
 				labels = nil
@@ -103,9 +108,6 @@ func TestModelKeyIsCheckedWhenUsed(t *testing.T) {
 			made[name] = true
 			if !strings.Contains(c.Message, "waiting for Secret "+name+"-key") {
 				t.Errorf("%s: ModelKey %q, want it to name the Secret it waits for", name, c.Message)
-			}
-			if n, _ := podAttempts(t, ns, name); n != 0 {
-				t.Errorf("%s: %d pods while its key Secret did not exist, want none", name, n)
 			}
 		}
 		time.Sleep(20 * time.Millisecond)

@@ -150,6 +150,12 @@ func Classify(pod *corev1.Pod, w World) (Outcome, bool) {
 		return infra("the pod was deleted while the attempt ran", false), true
 	}
 	if terminatedState(pod) == nil {
+		if name, t := failedInit(pod); t != nil && t.ExitCode == contract.ExitInvalidConfig {
+			// The own-state step said the state directory cannot be given
+			// to the loop's user: the node's setup, which no retry changes.
+			return Outcome{Class: farmv1.OutcomeInvalidConfig, Sentinel: string(contract.Fail),
+				Explanation: fmt.Sprintf("the init step %s failed (exit %d): %s", name, t.ExitCode, clip(strings.TrimSpace(t.Message), 300))}, true
+		}
 		return infra("the pod ended before the loop container ran", false), true
 	}
 	return fromContainer(pod), true
@@ -258,8 +264,25 @@ func terminatedState(pod *corev1.Pod) *corev1.ContainerStateTerminated {
 	return nil
 }
 
+// allStatuses are the init containers' statuses, then the containers': the
+// own-state step pulls the loop's image first, so an image that cannot be
+// pulled shows there.
+func allStatuses(pod *corev1.Pod) []corev1.ContainerStatus {
+	return append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...)
+}
+
+// failedInit is the first init container that ended with a non-zero code.
+func failedInit(pod *corev1.Pod) (string, *corev1.ContainerStateTerminated) {
+	for _, cs := range pod.Status.InitContainerStatuses {
+		if t := cs.State.Terminated; t != nil && t.ExitCode != 0 {
+			return cs.Name, t
+		}
+	}
+	return "", nil
+}
+
 func waitingReason(pod *corev1.Pod) string {
-	for _, cs := range pod.Status.ContainerStatuses {
+	for _, cs := range allStatuses(pod) {
 		if cs.State.Waiting != nil && waitingReasons[cs.State.Waiting.Reason] {
 			return cs.State.Waiting.Reason
 		}
@@ -268,7 +291,7 @@ func waitingReason(pod *corev1.Pod) string {
 }
 
 func anyStarted(pod *corev1.Pod) bool {
-	for _, cs := range pod.Status.ContainerStatuses {
+	for _, cs := range allStatuses(pod) {
 		if cs.State.Running != nil || cs.State.Terminated != nil {
 			return true
 		}
@@ -332,7 +355,7 @@ var definitivePull = []string{"not found", "manifest unknown", "repository does 
 // that failed for another reason (the registry is down) is not one: it is
 // retried, and the startup timeout bounds it.
 func configError(pod *corev1.Pod) (reason, message string) {
-	for _, cs := range pod.Status.ContainerStatuses {
+	for _, cs := range allStatuses(pod) {
 		wt := cs.State.Waiting
 		if wt == nil {
 			continue

@@ -339,3 +339,39 @@ func TestRecordKeepsTheSystemPromptHash(t *testing.T) {
 		t.Errorf("record hash %q", rec.SystemPromptSHA256)
 	}
 }
+
+// The own-state init step: exit 2 (it cannot give the directory away) is a
+// configuration error with its message; killed (137) it is the node's
+// trouble, a free retry; an image it cannot pull is the loop's image, a
+// configuration error as for the loop container.
+func TestInitStepEndings(t *testing.T) {
+	failedInit := func(code int32, msg string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "r-a1", CreationTimestamp: metav1.Now()},
+			Spec: corev1.PodSpec{NodeName: "n1"},
+			Status: corev1.PodStatus{Phase: corev1.PodFailed,
+				InitContainerStatuses: []corev1.ContainerStatus{{Name: StateInitContainerName, State: corev1.ContainerState{
+					Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Message: msg}}}},
+				ContainerStatuses: []corev1.ContainerStatus{{Name: ContainerName, State: corev1.ContainerState{
+					Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}}}}}}
+	}
+	o := mustClassify(t, failedInit(2, "loop own-state: the rig's state directory: chown /var/lib/clawfarm/state: operation not permitted\n"))
+	if o.Class != farmv1.OutcomeInvalidConfig || o.Counted || o.Sentinel != "FAIL" ||
+		!strings.Contains(o.Explanation, "the init step own-state failed (exit 2): loop own-state: the rig's state directory: chown") {
+		t.Errorf("own-state exit 2: %+v", o)
+	}
+	if o := mustClassify(t, failedInit(137, "")); o.Class != farmv1.OutcomeInfrastructure || o.Counted {
+		t.Errorf("own-state killed: %+v, want a free retry", o)
+	}
+
+	now := time.Now()
+	pulling := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(now.Add(-time.Minute))},
+		Spec: corev1.PodSpec{NodeName: "n"}, Status: corev1.PodStatus{Phase: corev1.PodPending,
+			InitContainerStatuses: []corev1.ContainerStatus{{Name: StateInitContainerName, State: corev1.ContainerState{
+				Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull", Message: `failed to pull image "r/loop:v9": r/loop:v9: not found`}}}},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: ContainerName, State: corev1.ContainerState{
+				Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}}}}}}
+	o, done := Classify(pulling, World{Now: now, StartupTimeout: 5 * time.Minute, ConfigErrorGrace: 30 * time.Second})
+	if !done || o.Class != farmv1.OutcomeInvalidConfig || !strings.Contains(o.Explanation, "r/loop:v9: not found") {
+		t.Errorf("the init step's image not found: ended %v %+v", done, o)
+	}
+}

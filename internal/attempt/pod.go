@@ -3,6 +3,7 @@ package attempt
 
 import (
 	"fmt"
+	"net"
 	"path"
 	"strconv"
 
@@ -26,7 +27,10 @@ const (
 	// DefaultRigStateRoot is where rig state lives on a node when the rig names no volume.
 	DefaultRigStateRoot = "/var/lib/clawfarm/rigs"
 	stateVolumeName     = "rig-state"
-	traceVolumeName     = "trace-token"
+	// StateInitContainerName is the init step that gives a hostPath state
+	// directory to the loop's user (the loop's own-state command).
+	StateInitContainerName = "own-state"
+	traceVolumeName        = "trace-token"
 	// traceTokenSeconds is the trace token's lifetime; the kubelet renews it.
 	traceTokenSeconds = 3600
 )
@@ -62,6 +66,10 @@ type Defaults struct {
 	TraceAudience string
 	// TraceKeep is how many attempts' traces a rig's state directory keeps.
 	TraceKeep int
+	// APIServer, when set (host:port), is where loop pods reach the API
+	// server, instead of the kubernetes Service the kubelet names in
+	// KUBERNETES_SERVICE_HOST/PORT: for nodes without a Service proxy.
+	APIServer string
 }
 
 // Spec is everything an attempt pod is built from.
@@ -244,6 +252,11 @@ func BuildPod(s Spec) *corev1.Pod {
 			ValueFrom: &corev1.EnvVarSource{SecretKeyRef: ref.DeepCopy()},
 		})
 	}
+	if host, port, err := net.SplitHostPort(s.Defaults.APIServer); err == nil {
+		// A container's own variables win over the ones the kubelet makes.
+		env = append(env, corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: host},
+			corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: port})
+	}
 
 	volumes := []corev1.Volume{stateVolume(rig)}
 	mounts := []corev1.VolumeMount{{Name: stateVolumeName, MountPath: contract.StateMountPath}}
@@ -282,6 +295,10 @@ func BuildPod(s Spec) *corev1.Pod {
 	approvals := int64(s.ToolPolicies.LongestApprovalTimeout()) * toolpolicy.ApprovalWaitsPerAttempt
 	deadline := int64(run.Spec.Limits.AttemptTimeoutSeconds) + DeadlineGraceSeconds + approvals
 	name := PodName(run.Name, s.Attempt, s.Retry)
+	var inits []corev1.Container
+	if c, ok := ownStateContainer(volumes[0], image, s.Defaults, resources); ok {
+		inits = append(inits, c)
+	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: run.Namespace,
@@ -314,8 +331,10 @@ func BuildPod(s Spec) *corev1.Pod {
 					}},
 				},
 			}},
-			Tolerations: tolerations,
-			Volumes:     volumes,
+			HostNetwork:    rig.Spec.HostNetwork,
+			Tolerations:    tolerations,
+			Volumes:        volumes,
+			InitContainers: inits,
 			Containers: []corev1.Container{{
 				Name:                     ContainerName,
 				Image:                    image,
@@ -329,6 +348,59 @@ func BuildPod(s Spec) *corev1.Pod {
 			}},
 		},
 	}
+}
+
+// ownStateContainer is the init step of a loop pod whose state is a
+// hostPath and whose loop runs as a known non-root user: a kubelet creates a
+// missing hostPath directory root:root 0755 and fsGroup does not apply to
+// hostPath volumes, so the loop's own-state command, as root with only
+// CAP_CHOWN and CAP_FOWNER, gives the directory to that user first
+// (docs/loop-contract.md, "The state directory"). Without a runAsUser the
+// image's user is unknown and there is no init step.
+func ownStateContainer(state corev1.Volume, image string, d Defaults, resources corev1.ResourceRequirements) (corev1.Container, bool) {
+	if state.HostPath == nil {
+		return corev1.Container{}, false
+	}
+	var uid, gid *int64
+	if p := d.PodSecurityContext; p != nil {
+		uid, gid = p.RunAsUser, p.RunAsGroup
+	}
+	if c := d.SecurityContext; c != nil {
+		if c.RunAsUser != nil {
+			uid = c.RunAsUser
+		}
+		if c.RunAsGroup != nil {
+			gid = c.RunAsGroup
+		}
+	}
+	if uid == nil || *uid == 0 {
+		return corev1.Container{}, false
+	}
+	args := []string{contract.OwnStateCommand, "--dir", contract.StateMountPath, "--uid", strconv.FormatInt(*uid, 10)}
+	if gid != nil {
+		args = append(args, "--gid", strconv.FormatInt(*gid, 10))
+	}
+	return corev1.Container{
+		Name:            StateInitContainerName,
+		Image:           image,
+		ImagePullPolicy: d.ImagePullPolicy,
+		Args:            args,
+		Resources:       resources,
+		SecurityContext: &corev1.SecurityContext{
+			RunAsUser:                ptr.To[int64](0),
+			RunAsGroup:               ptr.To[int64](0),
+			RunAsNonRoot:             ptr.To(false),
+			AllowPrivilegeEscalation: ptr.To(false),
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			Capabilities: &corev1.Capabilities{
+				Drop: []corev1.Capability{"ALL"},
+				Add:  []corev1.Capability{"CHOWN", "FOWNER"},
+			},
+		},
+		VolumeMounts:             []corev1.VolumeMount{{Name: stateVolumeName, MountPath: contract.StateMountPath}},
+		TerminationMessagePath:   corev1.TerminationMessagePathDefault,
+		TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+	}, true
 }
 
 func stateVolume(rig *farmv1.DeviceRig) corev1.Volume {

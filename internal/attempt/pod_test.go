@@ -182,3 +182,79 @@ func TestBuildPodMountsBootstrapInOrder(t *testing.T) {
 		t.Errorf("ConfigMap volumes %v", mounted)
 	}
 }
+
+// A hostPath state directory gets the own-state init step, as root with
+// CHOWN and FOWNER only, for the loop's user; a PVC (fsGroup works there) or
+// a loop with no known user gets none.
+func TestBuildPodOwnsAHostPathStateForTheLoopsUser(t *testing.T) {
+	run := &farmv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "run"}}
+	d := Defaults{Image: "loop:1", ImagePullPolicy: corev1.PullIfNotPresent,
+		SecurityContext: RestrictedSecurityContext(), PodSecurityContext: RestrictedPodSecurityContext()}
+	pod := podSpecFor(run, d)
+	if len(pod.Spec.InitContainers) != 1 {
+		t.Fatalf("init containers %+v, want the own-state step", pod.Spec.InitContainers)
+	}
+	c := pod.Spec.InitContainers[0]
+	want := []string{contract.OwnStateCommand, "--dir", contract.StateMountPath, "--uid", "65532", "--gid", "65532"}
+	if c.Name != StateInitContainerName || c.Image != "loop:1" || strings.Join(c.Args, " ") != strings.Join(want, " ") || len(c.Command) != 0 {
+		t.Errorf("own-state %s image %s command %v args %v, want the loop image's entrypoint with %v", c.Name, c.Image, c.Command, c.Args, want)
+	}
+	sc := c.SecurityContext
+	if sc == nil || *sc.RunAsUser != 0 || *sc.RunAsNonRoot || *sc.AllowPrivilegeEscalation || !*sc.ReadOnlyRootFilesystem ||
+		len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" || len(sc.Capabilities.Add) != 2 {
+		t.Errorf("own-state securityContext %+v", sc)
+	}
+	if len(c.VolumeMounts) != 1 || c.VolumeMounts[0].Name != pod.Spec.Containers[0].VolumeMounts[0].Name || c.VolumeMounts[0].MountPath != contract.StateMountPath {
+		t.Errorf("own-state mounts %+v", c.VolumeMounts)
+	}
+
+	// The pod's user, where the container says none.
+	d.SecurityContext = &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false)}
+	d.PodSecurityContext = &corev1.PodSecurityContext{RunAsUser: ptr.To[int64](1000)}
+	if c := podSpecFor(run, d).Spec.InitContainers; len(c) != 1 || strings.Join(c[0].Args[3:], " ") != "--uid 1000" {
+		t.Errorf("pod-level user: %+v", c)
+	}
+	for name, d := range map[string]Defaults{
+		"no user":   {Image: "loop:1"},
+		"root user": {Image: "loop:1", SecurityContext: &corev1.SecurityContext{RunAsUser: ptr.To[int64](0)}},
+	} {
+		if c := podSpecFor(run, d).Spec.InitContainers; len(c) != 0 {
+			t.Errorf("%s: init containers %+v, want none", name, c)
+		}
+	}
+	rig := &farmv1.DeviceRig{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "rig"},
+		Spec: farmv1.DeviceRigSpec{NodeName: "node", StateVolume: farmv1.StateVolume{PersistentVolumeClaim: "rig-state"}}}
+	d.SecurityContext = RestrictedSecurityContext()
+	if c := BuildPod(Spec{Run: run, Rig: rig, Attempt: 1, Defaults: d}).Spec.InitContainers; len(c) != 0 {
+		t.Errorf("a PVC state volume: init containers %+v, want none", c)
+	}
+}
+
+// A rig whose phone server is on its node's loopback gets host-network
+// pods; the manager's --loop-api-server goes in the loop's own variables.
+func TestBuildPodNetworkAndAPIServer(t *testing.T) {
+	run := &farmv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "run"}}
+	rig := &farmv1.DeviceRig{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "rig"},
+		Spec: farmv1.DeviceRigSpec{NodeName: "node", HostNetwork: true, Endpoint: farmv1.RigEndpoint{URL: "http://127.0.0.1:8000/mcp"}}}
+	pod := BuildPod(Spec{Run: run, Rig: rig, Attempt: 1, Defaults: Defaults{APIServer: "127.0.0.1:6443"}})
+	if !pod.Spec.HostNetwork {
+		t.Error("the rig asks for the node's network; the pod has its own")
+	}
+	env := map[string]string{}
+	for _, e := range pod.Spec.Containers[0].Env {
+		env[e.Name] = e.Value
+	}
+	if env["KUBERNETES_SERVICE_HOST"] != "127.0.0.1" || env["KUBERNETES_SERVICE_PORT"] != "6443" {
+		t.Errorf("KUBERNETES_SERVICE_HOST/PORT = %q/%q, want 127.0.0.1/6443", env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"])
+	}
+	rig.Spec.HostNetwork = false
+	pod = BuildPod(Spec{Run: run, Rig: rig, Attempt: 1})
+	if pod.Spec.HostNetwork {
+		t.Error("a rig that says nothing gets host-network pods")
+	}
+	for _, e := range pod.Spec.Containers[0].Env {
+		if strings.HasPrefix(e.Name, "KUBERNETES_SERVICE_") {
+			t.Errorf("without --loop-api-server the pod sets %s", e.Name)
+		}
+	}
+}

@@ -84,6 +84,9 @@ const (
 	DefaultModelTimeoutSeconds = 120
 	// StateMountPath is where the operator mounts the rig's state volume in a loop pod.
 	StateMountPath = "/var/lib/clawfarm/state"
+	// OwnStateCommand, as the loop's first argument, makes it the pod's init
+	// step that gives a hostPath state directory to the loop's user.
+	OwnStateCommand = "own-state"
 	// SkillsMountRoot is where skill ConfigMaps are mounted, one folder each.
 	SkillsMountRoot = "/etc/clawfarm/skills"
 	// BootstrapMountRoot is where bootstrap ConfigMaps are mounted, one folder each.
