@@ -125,6 +125,11 @@ registry: ## Build (once) the pinned CNCF Distribution registry from source into
 k8s: ## Build (once) the pinned control plane from source into bin/k8s/$(K8S_VERSION).
 	hack/build-k8s.sh >/dev/null
 
+.PHONY: node
+node: ## Build (once) what the dev cluster's kubelet node runs (containerd, its shim, CNI plugins, pause) and install Debian's runc.
+	hack/build-node.sh >/dev/null
+	hack/install-runc.sh >/dev/null
+
 .PHONY: helm
 helm: ## Build (once) the pinned helm CLI from source into the cache.
 	hack/build-helm.sh >/dev/null
@@ -221,6 +226,6 @@ demo: k8s ## The main job: dev cluster up, one sample AgentRun per sentinel, wat
 E2E_PARALLEL ?= 8
 
 .PHONY: e2e
-e2e: k8s ## End-to-end suite on a fresh dev cluster of its own (real scheduler, CronJob controller, the UI in headless Chromium).
+e2e: k8s node ## End-to-end suite on a fresh dev cluster of its own (real scheduler, CronJob controller, a kubelet node with containerd, the UI in headless Chromium).
 	hack/install-chromium.sh >/dev/null
 	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh --print) $(GO) test -tags e2e -count=1 -v -parallel $(E2E_PARALLEL) -timeout 20m ./test/e2e/

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -88,6 +89,33 @@ type options struct {
 	build, attach                 bool
 	probe, timeout                time.Duration
 	rigsimArgs                    string
+	kubeletRigs                   rigList
+}
+
+// rigList is a comma-separated list of rig indexes (--kubelet-rigs 3,4).
+type rigList []int
+
+func (l *rigList) String() string {
+	var parts []string
+	for _, i := range *l {
+		parts = append(parts, strconv.Itoa(i))
+	}
+	return strings.Join(parts, ",")
+}
+
+func (l *rigList) Set(v string) error {
+	*l = nil
+	for _, part := range strings.Split(v, ",") {
+		if part = strings.TrimSpace(part); part == "" {
+			continue
+		}
+		i, err := strconv.Atoi(part)
+		if err != nil {
+			return fmt.Errorf("%q is not a rig number", part)
+		}
+		*l = append(*l, i)
+	}
+	return nil
 }
 
 func newFlags(cmd string, o *options) *flag.FlagSet {
@@ -108,6 +136,7 @@ func newFlags(cmd string, o *options) *flag.FlagSet {
 	fs.BoolVar(&o.attach, "attach", false, "stay in the foreground; Ctrl-C stops the cluster")
 	fs.DurationVar(&o.probe, "rig-probe-interval", 2*time.Second, "the operator's rig health probe period")
 	fs.StringVar(&o.rigsimArgs, "rigsim-args", "--reply-after=30s", "extra rigsim flags, space-separated")
+	fs.Var(&o.kubeletRigs, "kubelet-rigs", "rigs (e.g. 3,4) on "+devcluster.KubeletNode+", a node run by a real kubelet and containerd whose loop pods are containers; empty: none")
 	return fs
 }
 
@@ -129,6 +158,7 @@ func (o options) config(dir string, logf func(string, ...any)) devcluster.Config
 	return devcluster.Config{
 		Root: o.root, Dir: dir, Rigs: o.rigs, BasePort: o.basePort, Manager: devcluster.Manager(o.manager),
 		Scenarios: o.scenarios, Build: o.build, RigProbeInterval: o.probe, RigsimArgs: strings.Fields(o.rigsimArgs), Log: logf,
+		KubeletRigs: o.kubeletRigs,
 	}
 }
 

@@ -102,9 +102,9 @@ func Classify(pod *corev1.Pod, w World) (Outcome, bool) {
 			return Outcome{}, false // its kubelet may have started it and cannot say so
 		case pod.Status.Phase == corev1.PodPending || pod.Status.Phase == "":
 			age := w.Now.Sub(pod.CreationTimestamp.Time)
-			if reason, msg := configError(pod); reason != "" && age >= w.ConfigErrorGrace {
+			if name, reason, msg := configError(pod); reason != "" && age >= w.ConfigErrorGrace {
 				return Outcome{Class: farmv1.OutcomeInvalidConfig, Sentinel: string(contract.Fail), Evict: true,
-					Explanation: fmt.Sprintf("the loop container cannot start (%s): %s", reason, msg)}, true
+					Explanation: fmt.Sprintf("the %s container cannot start (%s): %s", name, reason, msg)}, true
 			}
 			if reason := waitingReason(pod); reason != "" && age > w.StartupTimeout {
 				return infra(fmt.Sprintf("the loop container never started (%s)", reason), true), true
@@ -354,7 +354,7 @@ var definitivePull = []string{"not found", "manifest unknown", "repository does 
 // image that cannot exist or cannot be pulled with these credentials. A pull
 // that failed for another reason (the registry is down) is not one: it is
 // retried, and the startup timeout bounds it.
-func configError(pod *corev1.Pod) (reason, message string) {
+func configError(pod *corev1.Pod) (container, reason, message string) {
 	for _, cs := range allStatuses(pod) {
 		wt := cs.State.Waiting
 		if wt == nil {
@@ -362,15 +362,15 @@ func configError(pod *corev1.Pod) (reason, message string) {
 		}
 		switch wt.Reason {
 		case "InvalidImageName", "CreateContainerConfigError":
-			return wt.Reason, wt.Message
+			return cs.Name, wt.Reason, wt.Message
 		case "ErrImagePull", "ImagePullBackOff":
 			low := strings.ToLower(wt.Message)
 			for _, w := range definitivePull {
 				if strings.Contains(low, w) {
-					return wt.Reason, wt.Message
+					return cs.Name, wt.Reason, wt.Message
 				}
 			}
 		}
 	}
-	return "", ""
+	return "", "", ""
 }

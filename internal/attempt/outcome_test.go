@@ -371,7 +371,8 @@ func TestInitStepEndings(t *testing.T) {
 			ContainerStatuses: []corev1.ContainerStatus{{Name: ContainerName, State: corev1.ContainerState{
 				Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}}}}}}
 	o, done := Classify(pulling, World{Now: now, StartupTimeout: 5 * time.Minute, ConfigErrorGrace: 30 * time.Second})
-	if !done || o.Class != farmv1.OutcomeInvalidConfig || !strings.Contains(o.Explanation, "r/loop:v9: not found") {
+	if !done || o.Class != farmv1.OutcomeInvalidConfig || !strings.Contains(o.Explanation, "the own-state container cannot start (ErrImagePull)") ||
+		!strings.Contains(o.Explanation, "r/loop:v9: not found") {
 		t.Errorf("the init step's image not found: ended %v %+v", done, o)
 	}
 }

@@ -99,7 +99,6 @@ func NodeSpec(cfg NodeConfig) corev1.Node {
 	name := cfg.Provider.NodeName
 	labels := map[string]string{
 		"type":                   "virtual-kubelet",
-		"kubernetes.io/role":     "agent",
 		"kubernetes.io/hostname": name,
 		corev1.LabelOSStable:     runtime.GOOS,
 		corev1.LabelArchStable:   runtime.GOARCH,

@@ -2,6 +2,7 @@ package rignode_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +19,17 @@ func TestNodeRegistersWithLabelsTaintsCapacityAndLease(t *testing.T) {
 	}
 	if n.Labels["farm.clawfarm.dev/rig-host"] != "true" || n.Labels["kubernetes.io/hostname"] != nodeName || n.Labels["type"] != "virtual-kubelet" {
 		t.Errorf("labels %v", n.Labels)
+	}
+	// NodeRestriction (on in every kubeadm-made cluster) refuses a node that
+	// sets labels under kubernetes.io or k8s.io other than the kubelet's own.
+	kubeletLabels := map[string]bool{"kubernetes.io/hostname": true, corev1.LabelOSStable: true, corev1.LabelArchStable: true,
+		corev1.LabelInstanceTypeStable: true, corev1.LabelTopologyRegion: true, corev1.LabelTopologyZone: true}
+	for k := range n.Labels {
+		domain, _, _ := strings.Cut(k, "/")
+		restricted := domain == "kubernetes.io" || strings.HasSuffix(domain, ".kubernetes.io") || domain == "k8s.io" || strings.HasSuffix(domain, ".k8s.io")
+		if restricted && !kubeletLabels[k] && !strings.HasPrefix(k, "kubelet.kubernetes.io/") && !strings.HasPrefix(k, "node.kubernetes.io/") {
+			t.Errorf("label %s: NodeRestriction refuses a node that sets it", k)
+		}
 	}
 	// The API server adds node.kubernetes.io/not-ready on creation (the node
 	// lifecycle controller, absent in envtest, removes it): look for ours.

@@ -41,7 +41,15 @@ const (
 	rigBadImage
 	rigLiveTrace
 	rigApproval
+	// On the kubelet node (containerd): see kubelet_test.go.
+	rigKubeletDone
+	rigKubeletRestart
+	rigKubeletBadImage
 )
+
+// kubeletRigs sit on devcluster.KubeletNode, a node run by a real kubelet
+// and containerd; the others on rignode hosts.
+var kubeletRigs = []int{rigKubeletDone, rigKubeletRestart, rigKubeletBadImage}
 
 // slowTaps makes every touch take 5 s (100 s of rig time × rigsim's 0.05
 // time scale), so a timer session lasts about 25 s: long enough to interfere with.
@@ -148,7 +156,7 @@ func runningPod(t *testing.T, name string, timeout time.Duration) *corev1.Pod {
 			if err := cluster.Client.Get(context.Background(), client.ObjectKey{Namespace: devcluster.RunNamespace, Name: pod.Labels[farmv1.LabelRig]}, &r); err != nil {
 				t.Fatalf("the rig of pod %s: %v", name, err)
 			}
-			if pod.Spec.NodeName != r.Spec.NodeName || !strings.HasPrefix(r.Spec.NodeName, devcluster.RigNode) {
+			if pod.Spec.NodeName != r.Spec.NodeName || r.Spec.NodeName == devcluster.SystemNode {
 				t.Fatalf("pod %s runs on %q, want its rig %s's node %s, a rig host", name, pod.Spec.NodeName, r.Name, r.Spec.NodeName)
 			}
 			return &pod

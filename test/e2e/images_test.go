@@ -85,13 +85,15 @@ func TestMissingImageFailsInvalidConfig(t *testing.T) {
 type imageWatch struct {
 	mu   sync.Mutex
 	seen map[string]string // kind/namespace/name → imageID
+	// where: kind/namespace/name → "<node> <runtime>" (containerd, rignode)
+	where map[string]string
 }
 
 // watchImages watches the cluster's pods until ctx ends and records every
 // imageID a pod's status shows. A watch, not a poll: a follow-up Job's pod
 // lives a few seconds, and every status update of it must be seen.
 func watchImages(ctx context.Context) *imageWatch {
-	w := &imageWatch{seen: map[string]string{}}
+	w := &imageWatch{seen: map[string]string{}, where: map[string]string{}}
 	cfg, err := clientcmd.BuildConfigFromFlags("", cluster.Kubeconfig)
 	if err != nil {
 		panic(err)
@@ -125,9 +127,12 @@ func watchImages(ctx context.Context) *imageWatch {
 func (w *imageWatch) record(p *corev1.Pod) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, cs := range p.Status.ContainerStatuses {
+	for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
 		if cs.ImageID != "" {
-			w.seen[podKind(p)+" "+p.Namespace+"/"+p.Name+" "+cs.Name] = cs.ImageID
+			key := podKind(p) + " " + p.Namespace + "/" + p.Name + " " + cs.Name
+			w.seen[key] = cs.ImageID
+			runtime, _, _ := strings.Cut(cs.ContainerID, "://")
+			w.where[key] = p.Spec.NodeName + " " + runtime
 		}
 	}
 }
@@ -168,6 +173,15 @@ func (w *imageWatch) check() error {
 			return fmt.Errorf("no %s pod seen (seen: %v)", k, kinds)
 		}
 	}
+	containerd := 0
+	for pod, place := range w.where {
+		if strings.HasPrefix(pod, "loop ") && place == devcluster.KubeletNode+" containerd" {
+			containerd++
+		}
+	}
+	if containerd == 0 {
+		return fmt.Errorf("no loop pod ran under containerd on %s", devcluster.KubeletNode)
+	}
 	return nil
 }
 
@@ -175,13 +189,24 @@ func (w *imageWatch) summary() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	kinds := map[string]int{}
+	where := map[string]map[string]int{}
 	for pod := range w.seen {
-		kinds[strings.Fields(pod)[0]]++
+		k := strings.Fields(pod)[0]
+		kinds[k]++
+		if where[k] == nil {
+			where[k] = map[string]int{}
+		}
+		where[k][w.where[pod]]++
 	}
 	var parts []string
 	for k, n := range kinds {
-		parts = append(parts, fmt.Sprintf("%d %s", n, k))
+		var on []string
+		for place, m := range where[k] {
+			on = append(on, fmt.Sprintf("%d on %s", m, place))
+		}
+		sort.Strings(on)
+		parts = append(parts, fmt.Sprintf("%d %s containers (%s)", n, k, strings.Join(on, ", ")))
 	}
 	sort.Strings(parts)
-	return strings.Join(parts, ", ")
+	return strings.Join(parts, "; ")
 }

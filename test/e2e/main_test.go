@@ -20,6 +20,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -31,7 +32,7 @@ import (
 var cluster *devcluster.Cluster
 
 // rigCount is how many rigs the suite's cluster has: one per parallel test.
-const rigCount = 16
+const rigCount = 19
 
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
@@ -61,7 +62,8 @@ func run(m *testing.M) int {
 		K8sDir: os.Getenv("KUBEBUILDER_ASSETS"), RigsimArgs: []string{"--reply-after=30s"},
 		// The rignode tests kill and pause their rig's node agent: on nodes of
 		// their own, the other tests' sessions run on meanwhile.
-		OwnHosts: []int{rigHostKill, rigHostPause},
+		OwnHosts:    []int{rigHostKill, rigHostPause},
+		KubeletRigs: kubeletRigs,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: dev cluster:", err)
@@ -94,6 +96,11 @@ func run(m *testing.M) int {
 		return code
 	}
 	cluster.Down()
+	if left := devcluster.KubeletLeftovers(dir); len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "--- FAIL: the stopped kubelet node left %s\n", strings.Join(left, "; "))
+		return 1
+	}
+	fmt.Fprintln(os.Stderr, "e2e: the stopped kubelet node left no container, process, mount, cgroup, bridge or log link")
 	return code
 }
 

@@ -82,17 +82,22 @@ func Up(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	steps := []struct {
 		what string
 		fn   func(context.Context) error
+		skip bool
 	}{
-		{"etcd", c.startEtcd},
-		{"kube-apiserver", c.startAPIServer},
-		{"kube-controller-manager and kube-scheduler", c.startControllers},
-		{"rigsim and modelsim", c.startSimulators},
-		{"the registry and the images", c.startRegistry},
-		{"rignode (nodes " + strings.Join(nodeNames(cfg.nodes()), ", ") + ")", c.startNodes},
-		{"the operator (" + string(cfg.Manager) + ")", c.installOperator},
-		{fmt.Sprintf("%d DeviceRigs", cfg.Rigs), c.registerRigs},
+		{"etcd", c.startEtcd, false},
+		{"kube-apiserver", c.startAPIServer, false},
+		{"kube-controller-manager and kube-scheduler", c.startControllers, false},
+		{"rigsim and modelsim", c.startSimulators, false},
+		{"the registry and the images", c.startRegistry, false},
+		{"rignode (nodes " + strings.Join(nodeNames(cfg.nodes()), ", ") + ")", c.startNodes, false},
+		{"the kubelet node " + KubeletNode + " (containerd, runc)", c.startKubeletNode, len(cfg.KubeletRigs) == 0},
+		{"the operator (" + string(cfg.Manager) + ")", c.installOperator, false},
+		{fmt.Sprintf("%d DeviceRigs", cfg.Rigs), c.registerRigs, false},
 	}
 	for _, s := range steps {
+		if s.skip {
+			continue
+		}
 		if err := ctx.Err(); err != nil {
 			return c, fmt.Errorf("interrupted: %w", err)
 		}
@@ -156,6 +161,9 @@ func (c *Cluster) prepare(ctx context.Context) error {
 		return err
 	}
 	nodes := nodeNames(c.nodes())
+	if len(c.KubeletRigs) > 0 {
+		nodes = append(nodes, KubeletNode)
+	}
 	var err error
 	if c.pki, err = EnsurePKI(filepath.Join(c.Dir, "pki"), nodes); err != nil {
 		return err
@@ -226,6 +234,9 @@ func (c *Cluster) checkPorts() error {
 	for _, n := range c.nodes() {
 		named["rignode "+n.name] = n.port
 	}
+	if len(c.KubeletRigs) > 0 {
+		named["kubelet "+KubeletNode] = c.kubeletPort()
+	}
 	var taken []string
 	for what, port := range named {
 		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
@@ -281,7 +292,8 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 		"--client-ca-file=" + f("ca.crt"), "--token-auth-file=" + f(tokenFile),
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + f("sa.pub"), "--service-account-signing-key-file=" + f("sa.key"),
-		"--authorization-mode=RBAC", "--service-cluster-ip-range=" + ServiceCIDR,
+		"--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
+		"--service-cluster-ip-range=" + ServiceCIDR,
 		"--kubelet-client-certificate=" + f("apiserver-kubelet-client.crt"),
 		"--kubelet-client-key=" + f("apiserver-kubelet-client.key"),
 		"--kubelet-preferred-address-types=InternalIP,Hostname",
@@ -458,6 +470,9 @@ func (c *Cluster) DeviceRig(i int) *farmv1.DeviceRig {
 	rig.Spec.Endpoint.HealthURL = c.RigURL(i) + "/api/status"
 	rig.Spec.Phone.Platform, rig.Spec.Phone.Model = "ios", "rigsim"
 	rig.Spec.StateVolume.HostPath = filepath.Join(c.Dir, "rigs", rig.Name)
+	// rigsim listens on the host's loopback, as PhysiClaw on a Linux rig
+	// host would: the kubelet node's loop pods share the host's network.
+	rig.Spec.HostNetwork = c.OnKubelet(i)
 	return rig
 }
 
@@ -494,7 +509,7 @@ func (c *Cluster) Restart(name string) (*Proc, error) {
 	if gone, _ := old.Exited(); !gone {
 		return nil, fmt.Errorf("%s (pid %d) still runs", name, old.PID)
 	}
-	p, err := start(c.Dir, name, old.Args[0], old.Args[1:], nil)
+	p, err := start(c.Dir, name, old.Args[0], old.Args[1:], old.Env)
 	if err != nil {
 		return nil, err
 	}

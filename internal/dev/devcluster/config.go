@@ -25,8 +25,12 @@ const (
 	HostManagerUser = "clawfarm-manager"
 	// SystemNode is the untainted node: the manager and follow-up Jobs run there.
 	SystemNode = "dev-system"
-	// RigNode is the rig host: tainted farm.clawfarm.dev/rig, every DeviceRig names it.
+	// RigNode is the rig host: tainted farm.clawfarm.dev/rig, every DeviceRig
+	// but those on a rig host of their own or on KubeletNode names it.
 	RigNode = "dev-rig-host"
+	// KubeletNode is the Linux rig host run by a real kubelet and containerd
+	// (Config.KubeletRigs): its loop pods are containers.
+	KubeletNode = "dev-kubelet-host"
 	// OperatorNamespace is where the chart installs the manager.
 	OperatorNamespace = "clawfarm-system"
 	// RunNamespace is where sample and test runs live.
@@ -69,6 +73,10 @@ type Config struct {
 	// run by a rignode of its own: a test may kill or pause that node's agent
 	// without touching the other rigs' sessions. The other rigs are on RigNode.
 	OwnHosts []int
+	// KubeletRigs are rigs on KubeletNode, a node run by a kubelet and
+	// containerd (hack/build-node.sh), with host-network loop pods: a Linux
+	// rig host whose phone server listens on its loopback.
+	KubeletRigs []int
 	// Build runs `go build -o bin/ ./cmd/...` for the project's binaries first.
 	Build bool
 	// K8sDir is where the control-plane binaries are (default: hack/build-k8s.sh's answer).
@@ -103,19 +111,37 @@ func (c Config) Ports() Ports {
 // each rig host of a rig's own (Config.OwnHosts), which come after them.
 const PortCount = 13
 
-// portCount is how many consecutive ports this cluster uses.
-func (c Config) portCount() int { return PortCount + len(c.OwnHosts) }
+// portCount is how many consecutive ports this cluster uses: one more for
+// the kubelet node's kubelet, after the rigs' own hosts.
+func (c Config) portCount() int {
+	n := PortCount + len(c.OwnHosts)
+	if len(c.KubeletRigs) > 0 {
+		n++
+	}
+	return n
+}
+
+// kubeletPort is the kubelet node's kubelet port.
+func (c Config) kubeletPort() int { return c.BasePort + PortCount + len(c.OwnHosts) }
 
 // RigHost is the node rig i sits on: its own rig host when OwnHosts names
-// it, else RigNode.
+// it, KubeletNode when KubeletRigs does, else RigNode.
 func (c Config) RigHost(i int) string {
 	for _, h := range c.OwnHosts {
 		if h == i {
 			return fmt.Sprintf("%s-%d", RigNode, i)
 		}
 	}
+	for _, h := range c.KubeletRigs {
+		if h == i {
+			return KubeletNode
+		}
+	}
 	return RigNode
 }
+
+// OnKubelet reports whether rig i sits on the kubelet node.
+func (c Config) OnKubelet(i int) bool { return c.RigHost(i) == KubeletNode }
 
 // node is one of the cluster's nodes, each run by a rignode of its own.
 type node struct {
@@ -179,6 +205,12 @@ func (c *Config) defaults() error {
 	for _, i := range c.OwnHosts {
 		if i < 0 || i >= c.Rigs || seen[i] {
 			return fmt.Errorf("own hosts %v: want distinct rigs from 0 to %d", c.OwnHosts, c.Rigs-1)
+		}
+		seen[i] = true
+	}
+	for _, i := range c.KubeletRigs {
+		if i < 0 || i >= c.Rigs || seen[i] {
+			return fmt.Errorf("kubelet rigs %v: want distinct rigs from 0 to %d, none of them on a host of its own (%v)", c.KubeletRigs, c.Rigs-1, c.OwnHosts)
 		}
 		seen[i] = true
 	}

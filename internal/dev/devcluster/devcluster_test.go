@@ -2,6 +2,7 @@ package devcluster
 
 import (
 	"crypto/x509"
+	"encoding/json"
 	"net"
 	"os"
 	"os/exec"
@@ -303,5 +304,106 @@ func TestOwnHosts(t *testing.T) {
 	}
 	if cl := (&Cluster{Config: c}); cl.DeviceRig(3).Spec.NodeName != RigNode+"-3" || cl.DeviceRig(0).Spec.NodeName != RigNode {
 		t.Fatal("a DeviceRig does not name its rig's host")
+	}
+}
+
+// The kubelet node's rigs: on KubeletNode, with a port after the rigs' own
+// hosts, never one of those, and host-network DeviceRigs.
+func TestKubeletRigs(t *testing.T) {
+	c := Config{Root: t.TempDir(), Rigs: 5, OwnHosts: []int{1}, KubeletRigs: []int{3, 4}}
+	if err := c.defaults(); err != nil {
+		t.Fatal(err)
+	}
+	if c.RigHost(3) != KubeletNode || !c.OnKubelet(4) || c.OnKubelet(0) || c.RigHost(1) != RigNode+"-1" {
+		t.Fatalf("rig hosts %s %s %s", c.RigHost(0), c.RigHost(1), c.RigHost(3))
+	}
+	if c.portCount() != PortCount+2 || c.kubeletPort() != c.BasePort+PortCount+1 {
+		t.Fatalf("ports: %d from %d, kubelet on %d", c.portCount(), c.BasePort, c.kubeletPort())
+	}
+	cl := &Cluster{Config: c}
+	if r := cl.DeviceRig(3); r.Spec.NodeName != KubeletNode || !r.Spec.HostNetwork {
+		t.Errorf("rig 3: node %s hostNetwork %v", r.Spec.NodeName, r.Spec.HostNetwork)
+	}
+	if r := cl.DeviceRig(0); r.Spec.HostNetwork {
+		t.Error("a rignode rig has host-network pods")
+	}
+	for _, bad := range [][]int{{1}, {5}, {3, 3}} {
+		c := Config{Root: t.TempDir(), Rigs: 5, OwnHosts: []int{1}, KubeletRigs: bad}
+		if err := c.defaults(); err == nil || !strings.Contains(err.Error(), "kubelet rigs") {
+			t.Errorf("kubelet rigs %v: %v", bad, err)
+		}
+	}
+}
+
+// The kubelet node's files keep everything under its directory and hold
+// what this machine needs: restrict_oom_score_adj, failCgroupV1: false, no
+// host DNS for pods, and a pod network with no gateway, route or masquerade.
+func TestKubeletNodeFiles(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "nodes", KubeletNode)
+	f, err := writeNodeFiles(nodeFiles{Dir: dir, Bins: "/cache/node", Runc: "/usr/sbin/runc", Pause: "127.0.0.1:5000/clawfarm/pause@sha256:ab",
+		Registry: "127.0.0.1:5000", Port: 17413, CA: "/pki/ca.crt", Cert: "/pki/n.crt", Key: "/pki/n.key"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(p string) string {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	ctrd := read(f.containerd)
+	for _, want := range []string{`root = "` + dir + `/containerd/root"`, `state = "` + dir + `/containerd/state"`, `address = "` + dir + `/containerd.sock"`,
+		"restrict_oom_score_adj = true", "netns_mounts_under_state_dir = true", `Root = "` + dir + `/runc"`,
+		`sandbox = "127.0.0.1:5000/clawfarm/pause@sha256:ab"`, `config_path = "` + dir + `/certs.d"`, `bin_dirs = ["/cache/node/cni"]`} {
+		if !strings.Contains(ctrd, want) {
+			t.Errorf("containerd.toml lacks %s:\n%s", want, ctrd)
+		}
+	}
+	if h := read(filepath.Join(dir, "certs.d", "127.0.0.1:5000", "hosts.toml")); !strings.Contains(h, `server = "http://127.0.0.1:5000"`) {
+		t.Errorf("hosts.toml: %s", h)
+	}
+	var cni struct {
+		Plugins []map[string]any `json:"plugins"`
+	}
+	if err := json.Unmarshal([]byte(read(filepath.Join(dir, "cni", "net.d", "10-clawfarm-dev.conflist"))), &cni); err != nil {
+		t.Fatal(err)
+	}
+	br := cni.Plugins[0]
+	if br["type"] != "bridge" || br["isGateway"] != false || br["ipMasq"] != false || br["isDefaultGateway"] != false || len(br["bridge"].(string)) > 15 {
+		t.Errorf("bridge %v", br)
+	}
+	if _, ok := br["ipam"].(map[string]any)["routes"]; ok {
+		t.Errorf("the pod network has routes: %v", br["ipam"])
+	}
+	kl := read(f.kubelet)
+	for _, want := range []string{"address: 127.0.0.1\n", "port: 17413\n", "readOnlyPort: 0\n", "failCgroupV1: false\n", `resolvConf: ""`,
+		"cgroupRoot: /" + cgroupRootOf(dir) + "\n", "containerRuntimeEndpoint: unix://" + dir + "/containerd.sock\n", `podLogsDir: "` + dir + `/pod-logs"`,
+		"anonymous: {enabled: false}"} {
+		if !strings.Contains(kl, want) {
+			t.Errorf("kubelet.yaml lacks %q:\n%s", want, kl)
+		}
+	}
+	if cgroupRootOf(dir) == cgroupRootOf(dir+"x") || bridgeOf(dir) == bridgeOf(dir+"x") {
+		t.Error("two nodes' directories share a cgroup root or a bridge")
+	}
+}
+
+// The kubelet node's certificate is a node's alone (the Node authorizer and
+// NodeRestriction hold it); rignode's stay system:masters.
+func TestKubeletNodeIsOnlyANode(t *testing.T) {
+	p, err := EnsurePKI(t.TempDir(), []string{RigNode, KubeletNode})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for node, masters := range map[string]bool{RigNode: true, KubeletNode: false} {
+		cert, err := readCert(p.File("node-" + node + ".crt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		orgs := cert.Subject.Organization
+		if cert.Subject.CommonName != "system:node:"+node || !contains(orgs, "system:nodes") || contains(orgs, "system:masters") != masters {
+			t.Errorf("%s: CN %s O %v, want system:node:%s in system:nodes, system:masters %v", node, cert.Subject.CommonName, orgs, node, masters)
+		}
 	}
 }

@@ -165,6 +165,9 @@ func (c *Cluster) renderChart(ctx context.Context) (string, error) {
 		"--set", "manager.rigProbeInterval=" + c.RigProbeInterval.String(),
 		"--set", "runs.namespaces={" + RunNamespace + "}",
 		"--set", "runs.podStartupTimeout=2m",
+		// No kube-proxy: host-network loop pods on the kubelet node reach
+		// the API server where it listens.
+		"--set", fmt.Sprintf("runs.loopPod.apiServer=127.0.0.1:%d", p.APIServer),
 		"--set", "runs.nodeLostGrace=2m",
 	}
 	// The admission policies (docs/security.md), told what a dev cluster is

@@ -43,7 +43,7 @@ type identity struct {
 
 // identities lists the certificates: the apiserver's serving certificate and
 // each component's client identity. The user, rignode and the apiserver's
-// kubelet client are system:masters (a dev cluster: nothing to protect from
+// kubelet client are system:masters (the kubelet node is not) (a dev cluster: nothing to protect from
 // them); the controller-manager, the scheduler and a host-process manager get
 // their own users, so RBAC sees what a real cluster would.
 func identities(nodes []string) []identity {
@@ -59,8 +59,13 @@ func identities(nodes []string) []identity {
 		{name: "manager", cn: HostManagerUser, client: true},
 	}
 	for _, n := range nodes {
-		ids = append(ids, identity{name: "node-" + n, cn: "system:node:" + n, orgs: []string{"system:nodes", "system:masters"},
-			client: true, server: true, ips: loop})
+		orgs := []string{"system:nodes", "system:masters"}
+		if n == KubeletNode {
+			// A real kubelet is only a node: the Node authorizer and
+			// NodeRestriction hold it to its own node and pods.
+			orgs = []string{"system:nodes"}
+		}
+		ids = append(ids, identity{name: "node-" + n, cn: "system:node:" + n, orgs: orgs, client: true, server: true, ips: loop})
 	}
 	return ids
 }

@@ -19,7 +19,9 @@ type Proc struct {
 	Name string   `json:"name"`
 	PID  int      `json:"pid"`
 	Args []string `json:"args"`
-	Log  string   `json:"log"`
+	// Env is what the process got besides this program's environment.
+	Env []string `json:"env,omitempty"`
+	Log string   `json:"log"`
 
 	done chan struct{} // closed when a process this program started has been reaped
 	err  error
@@ -46,7 +48,7 @@ func start(dir, name, bin string, args, env []string) (*Proc, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	p := &Proc{Name: name, PID: cmd.Process.Pid, Args: append([]string{bin}, args...), Log: logPath, done: make(chan struct{})}
+	p := &Proc{Name: name, PID: cmd.Process.Pid, Args: append([]string{bin}, args...), Env: env, Log: logPath, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		close(p.done)

@@ -1,14 +1,23 @@
 package devcluster
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/clawfarm/clawfarm/internal/images"
 )
@@ -89,4 +98,58 @@ http:
   addr: %s
   secret: clawfarm-dev-registry
 `, dir, addr)
+}
+
+// pushPause packs the pause binary (hack/build-node.sh) as the sandbox
+// image every pod of the kubelet node starts with — registry.k8s.io cannot
+// be reached — pushes it and returns its reference by digest.
+func (c *Cluster) pushPause(ctx context.Context, bin string) (string, error) {
+	b, err := os.ReadFile(bin)
+	if err != nil {
+		return "", err
+	}
+	var layer bytes.Buffer
+	tw := tar.NewWriter(&layer)
+	if err := tw.WriteHeader(&tar.Header{Name: "pause", Mode: 0o755, Size: int64(len(b)), Typeflag: tar.TypeReg}); err != nil {
+		return "", err
+	}
+	if _, err := tw.Write(b); err != nil {
+		return "", err
+	}
+	if err := tw.Close(); err != nil {
+		return "", err
+	}
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(layer.Bytes())), nil },
+		tarball.WithMediaType(types.OCILayer))
+	if err != nil {
+		return "", err
+	}
+	img, err := mutate.AppendLayers(mutate.MediaType(empty.Image, types.OCIManifestSchema1), l)
+	if err != nil {
+		return "", err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return "", err
+	}
+	cf = cf.DeepCopy()
+	p := images.HostPlatform()
+	cf.OS, cf.Architecture = p.OS, p.Architecture
+	cf.Config = v1.Config{Entrypoint: []string{"/pause"}, User: "65535:65535"}
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		return "", err
+	}
+	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
+	ref, err := name.NewTag(c.RegistryHost()+"/clawfarm/pause:dev", name.Insecure)
+	if err != nil {
+		return "", err
+	}
+	if err := remote.Write(ref, img, remote.WithContext(ctx)); err != nil {
+		return "", fmt.Errorf("push %s: %w", ref, err)
+	}
+	d, err := img.Digest()
+	if err != nil {
+		return "", err
+	}
+	return ref.Context().Name() + "@" + d.String(), nil
 }

@@ -42,7 +42,7 @@ func stopAll(procs []*Proc, log func(string, ...any)) {
 		switch {
 		case name == "manager":
 			return 0
-		case strings.HasPrefix(name, "rignode"):
+		case strings.HasPrefix(name, "rignode"), strings.HasPrefix(name, "kubelet-"):
 			return 1
 		case name == "etcd":
 			return 4
@@ -63,6 +63,10 @@ func stopAll(procs []*Proc, log func(string, ...any)) {
 				grace := 10 * time.Second
 				if strings.HasPrefix(p.Name, "rignode") {
 					grace = 40 * time.Second // its pods get their grace period
+				}
+				if strings.HasPrefix(p.Name, "containerd-") {
+					stopContainerd(p, grace, log)
+					return
 				}
 				p.Stop(grace)
 				if root := flagValue(p.Args, "--root-dir"); strings.HasPrefix(p.Name, "rignode") && root != "" {

@@ -1,0 +1,582 @@
+package devcluster
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+)
+
+// The kubelet node is a real node: kubelet v1.37 (hack/build-k8s.sh),
+// containerd and its runc shim (hack/build-node.sh), runc from Debian
+// (hack/install-runc.sh), the sandbox image built from the kubernetes
+// module's pause.c and pushed to the cluster's registry. Everything it
+// writes stays under <dir>/nodes/<node>/, but for what a kubelet and runc
+// put in fixed places — /var/log/containers, /var/lib/kubelet/device-plugins,
+// the shims' sockets under /run/containerd/s, its cgroups — which Down
+// removes (stopKubeletNode). docs/dev-cluster.md, "The kubelet node".
+
+// kubeletNodeDir is where the node keeps its files.
+func (c *Cluster) kubeletNodeDir() string { return filepath.Join(c.Dir, "nodes", KubeletNode) }
+
+// SandboxImage is the kubelet node's sandbox (pause) image, by digest in
+// the cluster's registry.
+func (c *Cluster) SandboxImage() string { return c.Image("pause") }
+
+// ContainerPID is the host pid of a running container of the kubelet node
+// (its pod status's containerID, containerd://<id>), as runc reports it.
+func (c *Cluster) ContainerPID(ctx context.Context, containerID string) (int, error) {
+	id, ok := strings.CutPrefix(containerID, "containerd://")
+	if !ok {
+		return 0, fmt.Errorf("container %q is not containerd's", containerID)
+	}
+	runc, err := exec.LookPath("runc")
+	if err != nil {
+		return 0, err
+	}
+	out, err := exec.CommandContext(ctx, runc, "--root", runcRoot(c.kubeletNodeDir()), "state", id).Output()
+	if err != nil {
+		return 0, fmt.Errorf("runc state %s: %w", id, err)
+	}
+	var st struct {
+		Pid    int    `json:"pid"`
+		Status string `json:"status"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		return 0, fmt.Errorf("runc state %s: %w", id, err)
+	}
+	if st.Status != "running" || st.Pid <= 0 {
+		return 0, fmt.Errorf("container %s is %s", id, st.Status)
+	}
+	return st.Pid, nil
+}
+
+// runcRoot is where runc keeps the state of the node's containers: the
+// shim puts the containerd namespace (the CRI's k8s.io) under its Root.
+func runcRoot(nodeDir string) string { return filepath.Join(nodeDir, "runc", "k8s.io") }
+
+// nodeTag names what a node makes outside its directory — its cgroup root
+// and its pod bridge — after the directory, so two clusters never share them.
+func nodeTag(nodeDir string) string {
+	sum := sha256.Sum256([]byte(nodeDir))
+	return hex.EncodeToString(sum[:4])
+}
+
+func cgroupRootOf(nodeDir string) string { return "clawfarm-" + nodeTag(nodeDir) }
+
+// bridgeOf is the pod bridge's name (at most 15 bytes, the kernel's limit).
+func bridgeOf(nodeDir string) string { return "cf" + nodeTag(nodeDir) }
+
+// startKubeletNode builds what is missing, pushes the sandbox image and
+// starts containerd and the kubelet, joined with the node's own client
+// certificate (the Node authorizer and NodeRestriction apply to it), then
+// gives the node its address — the dev cluster acts as its cloud provider —
+// and waits for it to be Ready.
+func (c *Cluster) startKubeletNode(ctx context.Context) error {
+	bins, err := c.hackTool(ctx, "build-node.sh")
+	if err != nil {
+		return err
+	}
+	runc, err := c.hackTool(ctx, "install-runc.sh")
+	if err != nil {
+		return err
+	}
+	kubelet := filepath.Join(c.k8s, "kubelet")
+	if !exists(kubelet) {
+		return fmt.Errorf("%s is missing; run hack/build-k8s.sh", kubelet)
+	}
+	pause, err := c.pushPause(ctx, filepath.Join(bins, "pause"))
+	if err != nil {
+		return fmt.Errorf("the sandbox image: %w", err)
+	}
+	c.mu.Lock()
+	c.images["pause"] = pause
+	c.mu.Unlock()
+	dir := c.kubeletNodeDir()
+	files, err := writeNodeFiles(nodeFiles{
+		Dir: dir, Bins: bins, Runc: runc, Pause: pause, Registry: c.RegistryHost(),
+		Port: c.kubeletPort(), CA: c.pki.File("ca.crt"),
+		Cert: c.pki.File("node-" + KubeletNode + ".crt"), Key: c.pki.File("node-" + KubeletNode + ".key"),
+	})
+	if err != nil {
+		return err
+	}
+	// The kubelet wants its cgroup root in every hierarchy before it starts.
+	for _, h := range cgroupHierarchies() {
+		if err := os.MkdirAll(filepath.Join(h, cgroupRootOf(dir)), 0o755); err != nil {
+			return fmt.Errorf("the node's cgroup root: %w", err)
+		}
+	}
+	ctrd, err := c.run("containerd-"+KubeletNode, filepath.Join(bins, "containerd"), []string{"--config=" + files.containerd},
+		[]string{"PATH=" + bins + ":" + os.Getenv("PATH")})
+	if err != nil {
+		return err
+	}
+	if err := waitFor(ctx, "containerd", 30*time.Second, []*Proc{ctrd}, func() error {
+		out, err := exec.CommandContext(ctx, filepath.Join(bins, "ctr"), "--address", files.socket, "version").CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("ctr version: %v: %s", err, strings.TrimSpace(string(out)))
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	kl, err := c.run("kubelet-"+KubeletNode, kubelet, []string{
+		"--config=" + files.kubelet, "--kubeconfig=" + c.kubeconfigOf("node-"+KubeletNode),
+		"--root-dir=" + filepath.Join(dir, "kubelet"), "--hostname-override=" + KubeletNode,
+		// --node-ip refuses a loopback address: the node's address is set
+		// below, as a cloud provider would.
+		"--cloud-provider=external",
+		"--node-labels=" + farmv1.TaintRig + "=true,farm.clawfarm.dev/dev-node=kubelet",
+		"--v=1",
+	}, nil)
+	if err != nil {
+		return err
+	}
+	watch := []*Proc{ctrd, kl}
+	var node corev1.Node
+	if err := waitFor(ctx, "the kubelet node registered", time.Minute, watch, func() error {
+		return c.Client.Get(ctx, client.ObjectKey{Name: KubeletNode}, &node)
+	}); err != nil {
+		return err
+	}
+	if err := c.initializeNode(ctx, KubeletNode); err != nil {
+		return err
+	}
+	return waitFor(ctx, "the kubelet node Ready", time.Minute, watch, func() error {
+		if err := c.Client.Get(ctx, client.ObjectKey{Name: KubeletNode}, &node); err != nil {
+			return err
+		}
+		if !nodeReady(&node) {
+			return fmt.Errorf("node %s is not Ready", KubeletNode)
+		}
+		return nil
+	})
+}
+
+// initializeNode does a cloud provider's part for a kubelet started with
+// --cloud-provider=external: the node's InternalIP (127.0.0.1, which the
+// kubelet cannot set itself) and the end of the uninitialized taint.
+func (c *Cluster) initializeNode(ctx context.Context, name string) error {
+	return waitFor(ctx, "node "+name+" initialized", 30*time.Second, nil, func() error {
+		var node corev1.Node
+		if err := c.Client.Get(ctx, client.ObjectKey{Name: name}, &node); err != nil {
+			return err
+		}
+		base := node.DeepCopy()
+		node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}, {Type: corev1.NodeHostName, Address: name}}
+		if err := c.Client.Status().Patch(ctx, &node, client.MergeFrom(base)); err != nil {
+			return err
+		}
+		base = node.DeepCopy()
+		var keep []corev1.Taint
+		for _, t := range node.Spec.Taints {
+			if t.Key != "node.cloudprovider.kubernetes.io/uninitialized" {
+				keep = append(keep, t)
+			}
+		}
+		node.Spec.Taints = keep
+		return c.Client.Patch(ctx, &node, client.MergeFrom(base))
+	})
+}
+
+// nodeFiles is what a kubelet node's configuration is made of.
+type nodeFiles struct {
+	Dir, Bins, Runc, Pause, Registry string
+	Port                             int
+	CA, Cert, Key                    string
+	// Written: the files' paths.
+	containerd, kubelet, socket string
+}
+
+// writeNodeFiles writes containerd's and the kubelet's configuration, the
+// registry's hosts.toml and the CNI network.
+func writeNodeFiles(f nodeFiles) (nodeFiles, error) {
+	if err := os.RemoveAll(f.Dir); err != nil {
+		return f, err
+	}
+	reg := filepath.Join(f.Dir, "certs.d", f.Registry)
+	for _, d := range []string{reg, filepath.Join(f.Dir, "cni", "net.d"), filepath.Join(f.Dir, "kubelet"), filepath.Join(f.Dir, "pod-logs")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return f, err
+		}
+	}
+	f.socket = filepath.Join(f.Dir, "containerd.sock")
+	f.containerd = filepath.Join(f.Dir, "containerd.toml")
+	f.kubelet = filepath.Join(f.Dir, "kubelet.yaml")
+	cgroupRoot := cgroupRootOf(f.Dir)
+	writes := map[string]string{
+		f.containerd:                     containerdConfig(f),
+		filepath.Join(reg, "hosts.toml"): fmt.Sprintf("server = \"http://%[1]s\"\n\n[host.\"http://%[1]s\"]\n  capabilities = [\"pull\", \"resolve\"]\n", f.Registry),
+		filepath.Join(f.Dir, "cni", "net.d", "10-clawfarm-dev.conflist"): cniConfig(f.Dir),
+		f.kubelet: kubeletConfig(f, cgroupRoot),
+	}
+	for path, body := range writes {
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			return f, err
+		}
+	}
+	return f, nil
+}
+
+// containerdConfig keeps containerd's root, state, socket, runc's state and
+// the sandboxes' network namespaces under the node's directory.
+// restrict_oom_score_adj: root here lacks CAP_SYS_RESOURCE, and without it
+// every sandbox fails ("can't get final child's PID from pipe: EOF").
+func containerdConfig(f nodeFiles) string {
+	return fmt.Sprintf(`version = 3
+root = %[1]q
+state = %[2]q
+
+[grpc]
+  address = %[3]q
+[ttrpc]
+  address = %[4]q
+
+[plugins.'io.containerd.cri.v1.images']
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = %[5]q
+  [plugins.'io.containerd.cri.v1.images'.registry]
+    config_path = %[6]q
+
+[plugins.'io.containerd.cri.v1.runtime']
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+    runtime_type = 'io.containerd.runc.v2'
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+      BinaryName = %[7]q
+      Root = %[8]q
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = [%[9]q]
+    conf_dir = %[10]q
+
+[plugins.'io.containerd.grpc.v1.cri']
+  stream_server_address = '127.0.0.1'
+`, filepath.Join(f.Dir, "containerd", "root"), filepath.Join(f.Dir, "containerd", "state"),
+		f.socket, f.socket+".ttrpc", f.Pause, filepath.Join(f.Dir, "certs.d"),
+		f.Runc, filepath.Join(f.Dir, "runc"), filepath.Join(f.Bins, "cni"), filepath.Join(f.Dir, "cni", "net.d"))
+}
+
+// cniConfig is the pod network of the node's own-network pods: a bridge the
+// node makes, with no gateway, no route and no masquerade, so such a pod
+// reaches its neighbours on the bridge and nothing else — nothing it sends
+// can leave the machine. The project's pods here share the host's network.
+func cniConfig(nodeDir string) string {
+	sum := sha256.Sum256([]byte(nodeDir))
+	return fmt.Sprintf(`{
+  "cniVersion": "1.0.0",
+  "name": "clawfarm-dev",
+  "plugins": [
+    {"type": "bridge", "bridge": %q, "isGateway": false, "isDefaultGateway": false, "ipMasq": false,
+     "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.244.%d.0/24"}]], "dataDir": %q}},
+    {"type": "loopback"}
+  ]
+}
+`, bridgeOf(nodeDir), sum[4], filepath.Join(nodeDir, "cni", "ipam"))
+}
+
+// kubeletConfig: on loopback, webhook authentication and authorization,
+// the cgroupfs driver on this machine's cgroup v1 hierarchy (failCgroupV1:
+// false), no DNS of the host's for pods, eviction only when the disk is
+// nearly full, and the pods' logs under the node's directory.
+func kubeletConfig(f nodeFiles, cgroupRoot string) string {
+	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: 127.0.0.1
+port: %d
+readOnlyPort: 0
+healthzPort: 0
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: %q}
+authorization: {mode: Webhook}
+tlsCertFile: %q
+tlsPrivateKeyFile: %q
+containerRuntimeEndpoint: unix://%s
+cgroupDriver: cgroupfs
+cgroupRoot: /%s
+failCgroupV1: false
+failSwapOn: false
+makeIPTablesUtilChains: false
+resolvConf: ""
+podLogsDir: %q
+serializeImagePulls: false
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {memory.available: 100Mi, nodefs.available: 1%%, imagefs.available: 1%%, nodefs.inodesFree: 1%%}
+registerWithTaints:
+- {key: %s, value: "true", effect: NoSchedule}
+`, f.Port, f.CA, f.Cert, f.Key, f.socket, cgroupRoot, filepath.Join(f.Dir, "pod-logs"), farmv1.TaintRig)
+}
+
+// cgroupHierarchies are the mounted cgroup hierarchies (v1 controllers and
+// named hierarchies, and a v2 mount if there is one).
+func cgroupHierarchies() []string {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		sep := -1
+		for i, x := range fields {
+			if x == "-" {
+				sep = i
+				break
+			}
+		}
+		if sep < 0 || sep+1 >= len(fields) || len(fields) < 5 {
+			continue
+		}
+		if t := fields[sep+1]; t == "cgroup" || t == "cgroup2" {
+			out = append(out, fields[4])
+		}
+	}
+	return out
+}
+
+// mountsUnder are the mount points at or under dir, deepest first.
+func mountsUnder(dir string) []string {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		mp := unescapeMount(fields[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
+	return out
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// stopContainerd stops a kubelet node's containerd (its kubelet has
+// stopped already): first its containers through containerd — a kubelet
+// that stops leaves them running — so their shims exit and remove their
+// sockets, then containerd, then whatever is left (stopKubeletNode).
+func stopContainerd(p *Proc, grace time.Duration, log func(string, ...any)) {
+	nodeDir := filepath.Dir(flagValue(p.Args, "--config"))
+	ctr := filepath.Join(filepath.Dir(p.Args[0]), "ctr")
+	sock := filepath.Join(nodeDir, "containerd.sock")
+	if gone, _ := p.Exited(); !gone && exists(ctr) {
+		c := func(args ...string) []string {
+			out, _ := exec.Command(ctr, append([]string{"--address", sock, "--namespace", "k8s.io"}, args...)...).Output()
+			return strings.Fields(string(out))
+		}
+		tasks := c("tasks", "ls", "-q")
+		for _, id := range tasks {
+			c("tasks", "kill", "--signal", "SIGKILL", id)
+		}
+		for _, id := range tasks {
+			for i := 0; i < 50 && len(c("tasks", "delete", id)) == 0 && taskListed(c("tasks", "ls", "-q"), id); i++ {
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+	}
+	p.Stop(grace)
+	runc, _ := exec.LookPath("runc")
+	if n := stopKubeletNode(nodeDir, runc, log); n > 0 && log != nil {
+		log("stopped %d container(s) %s left running", n, p.Name)
+	}
+}
+
+func taskListed(ids []string, id string) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
+
+// stopKubeletNode removes what a stopped kubelet node leaves, as a machine
+// that powers off would lose it: its containers, their shims, every mount
+// under its directory, its cgroups, its pod bridge, and what the kubelet
+// writes in fixed places. It returns how many containers it stopped.
+func stopKubeletNode(nodeDir, runc string, log func(string, ...any)) int {
+	root := runcRoot(nodeDir)
+	ids := runcContainers(runc, root)
+	for _, id := range ids {
+		_ = exec.Command(runc, "--root", root, "kill", id, "KILL").Run()
+	}
+	// The shims (and anything else started for this node) name its socket
+	// or directory on their command line.
+	killMatching(nodeDir, 10*time.Second)
+	for _, id := range ids {
+		_ = exec.Command(runc, "--root", root, "delete", "--force", id).Run()
+	}
+	for _, m := range mountsUnder(nodeDir) {
+		if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil && log != nil {
+			log("unmount %s: %v", m, err)
+		}
+	}
+	cg := cgroupRootOf(nodeDir)
+	for _, h := range cgroupHierarchies() {
+		removeCgroupTree(filepath.Join(h, cg))
+	}
+	_ = exec.Command("ip", "link", "delete", bridgeOf(nodeDir)).Run()
+	removeLinksInto("/var/log/containers", nodeDir)
+	_ = os.Remove("/var/lib/kubelet/device-plugins/kubelet.sock")
+	for _, d := range []string{"/var/log/containers", "/var/lib/kubelet/device-plugins", "/var/lib/kubelet", "/run/containerd/s", "/run/containerd"} {
+		_ = os.Remove(d) // only when empty: another node may use it
+	}
+	return len(ids)
+}
+
+// runcContainers lists the containers runc keeps under root.
+func runcContainers(runc, root string) []string {
+	if runc == "" {
+		return nil
+	}
+	out, err := exec.Command(runc, "--root", root, "list", "-q").Output()
+	if err != nil {
+		return nil
+	}
+	return strings.Fields(string(out))
+}
+
+// killMatching SIGKILLs every process whose command line names dir, and
+// waits up to grace for them to go.
+func killMatching(dir string, grace time.Duration) {
+	deadline := time.Now().Add(grace)
+	for {
+		pids := processesNaming(dir)
+		if len(pids) == 0 || time.Now().After(deadline) {
+			return
+		}
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func processesNaming(dir string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	self := os.Getpid()
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || len(b) == 0 {
+			continue
+		}
+		if strings.Contains(string(b), dir+"/") || strings.Contains(string(b), dir+"\x00") {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// removeCgroupTree removes a cgroup and its children, deepest first (a
+// cgroup directory goes with rmdir once it has no processes and no children).
+func removeCgroupTree(dir string) {
+	var dirs []string
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			dirs = append(dirs, p)
+		}
+		return nil
+	})
+	for i := len(dirs) - 1; i >= 0; i-- {
+		_ = syscall.Rmdir(dirs[i])
+	}
+}
+
+// removeLinksInto removes the symbolic links in dir that point under target.
+func removeLinksInto(dir, target string) {
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		p := filepath.Join(dir, e.Name())
+		if dest, err := os.Readlink(p); err == nil && strings.HasPrefix(dest, target+"/") {
+			_ = os.Remove(p)
+		}
+	}
+}
+
+// KubeletLeftovers says what the kubelet node of the cluster in dir left
+// after Down: nothing, when it cleaned up as it should.
+func KubeletLeftovers(dir string) []string {
+	runc, _ := exec.LookPath("runc")
+	return nodeLeftovers(filepath.Join(dir, "nodes", KubeletNode), runc)
+}
+
+// nodeLeftovers says what of a stopped kubelet node is still there: its
+// containers' processes, mounts, cgroups, bridge, log links. Empty: nothing.
+func nodeLeftovers(nodeDir, runc string) []string {
+	var out []string
+	if ids := runcContainers(runc, runcRoot(nodeDir)); len(ids) > 0 {
+		out = append(out, fmt.Sprintf("runc containers %v", ids))
+	}
+	if pids := processesNaming(nodeDir); len(pids) > 0 {
+		out = append(out, fmt.Sprintf("processes %v", pids))
+	}
+	if m := mountsUnder(nodeDir); len(m) > 0 {
+		out = append(out, fmt.Sprintf("mounts %v", m))
+	}
+	for _, h := range cgroupHierarchies() {
+		if exists(filepath.Join(h, cgroupRootOf(nodeDir))) {
+			out = append(out, "cgroup "+filepath.Join(h, cgroupRootOf(nodeDir)))
+		}
+	}
+	if exists(filepath.Join("/sys/class/net", bridgeOf(nodeDir))) {
+		out = append(out, "bridge "+bridgeOf(nodeDir))
+	}
+	entries, _ := os.ReadDir("/var/log/containers")
+	for _, e := range entries {
+		if dest, err := os.Readlink(filepath.Join("/var/log/containers", e.Name())); err == nil && strings.HasPrefix(dest, nodeDir+"/") {
+			out = append(out, "log link /var/log/containers/"+e.Name())
+		}
+	}
+	return out
+}
