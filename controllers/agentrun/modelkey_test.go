@@ -76,7 +76,7 @@ func TestModelKeyIsCheckedWhenUsed(t *testing.T) {
 		run.Spec.Model.APIKeySecretRef = &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: name + "-key"}, Key: "key"}
 		create(t, run)
 	}
-	// The suite's config-error grace is a second: each key Secret is made
+	// The suite's config-error grace is two seconds: each key Secret is made
 	// the moment its run says it waits for it — the late one without the
 	// label, the arriving one with it.
 	made := map[string]bool{}

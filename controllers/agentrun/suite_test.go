@@ -114,7 +114,7 @@ func startManager() (context.CancelFunc, chan struct{}) {
 		Config: agentrun.Config{
 			Loop:           loopDefaults,
 			FollowUp:       followUpDefaults,
-			StartupTimeout: 3 * time.Second, NodeLostGrace: time.Second, AttemptBackoff: 2 * time.Second, RigNotReadyGrace: 3 * time.Second, ConfigErrorGrace: time.Second, MaxConcurrentReconciles: 4,
+			StartupTimeout: 3 * time.Second, NodeLostGrace: time.Second, AttemptBackoff: 2 * time.Second, RigNotReadyGrace: 3 * time.Second, ConfigErrorGrace: 2 * time.Second, MaxConcurrentReconciles: 4,
 			PricingConfigMap: priceList,
 		},
 	}).SetupWithManager(mgr); err != nil {
