@@ -119,12 +119,7 @@ func TestKubeletAndContainerdRestartMidRun(t *testing.T) {
 	}
 	run := waitFinished(t, "e2e-kubelet-restart", farmv1.RunSucceeded)
 	assertOneAttempt(t, run, pod.Name)
-	var ended corev1.Pod
-	if err := cluster.Client.Get(ctxFor(t, 5*time.Second), client.ObjectKeyFromObject(pod), &ended); err == nil {
-		if cs := ended.Status.ContainerStatuses; len(cs) == 1 && (cs[0].ContainerID != containerID(pod) || cs[0].RestartCount != 0) {
-			t.Fatalf("the pod ended as container %q (restarts %d), want the one it started with, %q", cs[0].ContainerID, cs[0].RestartCount, containerID(pod))
-		}
-	}
+	assertEndedAsStarted(t, pod)
 	if st := rigState(t, rigKubeletRestart); st.WiFi {
 		t.Fatal("ground truth: Wi-Fi is still on")
 	}

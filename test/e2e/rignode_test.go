@@ -55,12 +55,7 @@ func TestRignodeKilledMidRun(t *testing.T) {
 	}
 	run := waitFinished(t, "e2e-rignode-kill", farmv1.RunSucceeded)
 	assertOneAttempt(t, run, pod.Name)
-	var ended corev1.Pod
-	if err := cluster.Client.Get(ctxFor(t, 5*time.Second), client.ObjectKeyFromObject(pod), &ended); err == nil {
-		if cs := ended.Status.ContainerStatuses; len(cs) == 1 && (cs[0].ContainerID != containerID(pod) || cs[0].RestartCount != 0) {
-			t.Fatalf("the pod ended as container %q (restarts %d), want the process it started with, %q", cs[0].ContainerID, cs[0].RestartCount, containerID(pod))
-		}
-	}
+	assertEndedAsStarted(t, pod)
 	if st := rigState(t, rigHostKill); st.WiFi {
 		t.Fatal("ground truth: Wi-Fi is still on")
 	}
@@ -139,6 +134,18 @@ func containerID(p *corev1.Pod) string {
 		return ""
 	}
 	return p.Status.ContainerStatuses[0].ContainerID
+}
+
+// assertEndedAsStarted checks that the pod, if it is still there, ended as
+// the container it started with, never restarted.
+func assertEndedAsStarted(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	var ended corev1.Pod
+	if err := cluster.Client.Get(ctxFor(t, 5*time.Second), client.ObjectKeyFromObject(pod), &ended); err == nil {
+		if cs := ended.Status.ContainerStatuses; len(cs) == 1 && (cs[0].ContainerID != containerID(pod) || cs[0].RestartCount != 0) {
+			t.Fatalf("the pod ended as container %q (restarts %d), want the one it started with, %q", cs[0].ContainerID, cs[0].RestartCount, containerID(pod))
+		}
+	}
 }
 
 // assertOneAttempt checks the run succeeded DONE on its first pod, with no

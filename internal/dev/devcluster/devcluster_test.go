@@ -407,3 +407,18 @@ func TestKubeletNodeIsOnlyANode(t *testing.T) {
 		}
 	}
 }
+
+// What down unmounts and cleans is read from this process's mountinfo.
+func TestMountinfo(t *testing.T) {
+	if m := mountsUnder("/proc"); len(m) == 0 || m[len(m)-1] != "/proc" {
+		t.Errorf("mounts under /proc %v, want /proc last (deepest first)", m)
+	}
+	for _, h := range cgroupHierarchies() {
+		if !strings.HasPrefix(h, "/sys/fs/cgroup") {
+			t.Errorf("cgroup hierarchy %s outside /sys/fs/cgroup", h)
+		}
+	}
+	if len(cgroupHierarchies()) == 0 {
+		t.Error("no cgroup hierarchy mounted")
+	}
+}

@@ -1,7 +1,6 @@
 package devcluster
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -10,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -326,26 +326,29 @@ registerWithTaints:
 `, f.Port, f.CA, f.Cert, f.Key, f.socket, cgroupRoot, filepath.Join(f.Dir, "pod-logs"), farmv1.TaintRig)
 }
 
-// cgroupHierarchies are the mounted cgroup hierarchies (v1 controllers and
-// named hierarchies, and a v2 mount if there is one).
-func cgroupHierarchies() []string {
-	f, err := os.Open("/proc/self/mountinfo")
+// mountinfo is /proc/self/mountinfo, each line split into its fields.
+func mountinfo() [][]string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return nil
 	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		sep := -1
-		for i, x := range fields {
-			if x == "-" {
-				sep = i
-				break
-			}
+	var out [][]string
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 5 {
+			out = append(out, f)
 		}
-		if sep < 0 || sep+1 >= len(fields) || len(fields) < 5 {
+	}
+	return out
+}
+
+// cgroupHierarchies are the mounted cgroup hierarchies (v1 controllers and
+// named hierarchies, and a v2 mount if there is one).
+func cgroupHierarchies() []string {
+	var out []string
+	for _, fields := range mountinfo() {
+		// The file system type follows the "-" that ends the optional fields.
+		sep := slices.Index(fields, "-")
+		if sep < 0 || sep+1 >= len(fields) {
 			continue
 		}
 		if t := fields[sep+1]; t == "cgroup" || t == "cgroup2" {
@@ -357,20 +360,9 @@ func cgroupHierarchies() []string {
 
 // mountsUnder are the mount points at or under dir, deepest first.
 func mountsUnder(dir string) []string {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
 	var out []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := unescapeMount(fields[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+	for _, fields := range mountinfo() {
+		if mp := unescapeMount(fields[4]); mp == dir || strings.HasPrefix(mp, dir+"/") {
 			out = append(out, mp)
 		}
 	}
@@ -415,7 +407,7 @@ func stopContainerd(p *Proc, grace time.Duration, log func(string, ...any)) {
 			c("tasks", "kill", "--signal", "SIGKILL", id)
 		}
 		for _, id := range tasks {
-			for i := 0; i < 50 && len(c("tasks", "delete", id)) == 0 && taskListed(c("tasks", "ls", "-q"), id); i++ {
+			for i := 0; i < 50 && len(c("tasks", "delete", id)) == 0 && slices.Contains(c("tasks", "ls", "-q"), id); i++ {
 				time.Sleep(100 * time.Millisecond)
 			}
 		}
@@ -425,15 +417,6 @@ func stopContainerd(p *Proc, grace time.Duration, log func(string, ...any)) {
 	if n := stopKubeletNode(nodeDir, runc, log); n > 0 && log != nil {
 		log("stopped %d container(s) %s left running", n, p.Name)
 	}
-}
-
-func taskListed(ids []string, id string) bool {
-	for _, x := range ids {
-		if x == id {
-			return true
-		}
-	}
-	return false
 }
 
 // stopKubeletNode removes what a stopped kubelet node leaves, as a machine
@@ -462,7 +445,9 @@ func stopKubeletNode(nodeDir, runc string, log func(string, ...any)) int {
 		removeCgroupTree(filepath.Join(h, cg))
 	}
 	_ = exec.Command("ip", "link", "delete", bridgeOf(nodeDir)).Run()
-	removeLinksInto("/var/log/containers", nodeDir)
+	for _, l := range linksInto("/var/log/containers", nodeDir) {
+		_ = os.Remove(l)
+	}
 	_ = os.Remove("/var/lib/kubelet/device-plugins/kubelet.sock")
 	for _, d := range []string{"/var/log/containers", "/var/lib/kubelet/device-plugins", "/var/lib/kubelet", "/run/containerd/s", "/run/containerd"} {
 		_ = os.Remove(d) // only when empty: another node may use it
@@ -533,15 +518,17 @@ func removeCgroupTree(dir string) {
 	}
 }
 
-// removeLinksInto removes the symbolic links in dir that point under target.
-func removeLinksInto(dir, target string) {
+// linksInto are the symbolic links in dir that point under target.
+func linksInto(dir, target string) []string {
 	entries, _ := os.ReadDir(dir)
+	var out []string
 	for _, e := range entries {
 		p := filepath.Join(dir, e.Name())
 		if dest, err := os.Readlink(p); err == nil && strings.HasPrefix(dest, target+"/") {
-			_ = os.Remove(p)
+			out = append(out, p)
 		}
 	}
+	return out
 }
 
 // KubeletLeftovers says what the kubelet node of the cluster in dir left
@@ -572,11 +559,8 @@ func nodeLeftovers(nodeDir, runc string) []string {
 	if exists(filepath.Join("/sys/class/net", bridgeOf(nodeDir))) {
 		out = append(out, "bridge "+bridgeOf(nodeDir))
 	}
-	entries, _ := os.ReadDir("/var/log/containers")
-	for _, e := range entries {
-		if dest, err := os.Readlink(filepath.Join("/var/log/containers", e.Name())); err == nil && strings.HasPrefix(dest, nodeDir+"/") {
-			out = append(out, "log link /var/log/containers/"+e.Name())
-		}
+	for _, l := range linksInto("/var/log/containers", nodeDir) {
+		out = append(out, "log link "+l)
 	}
 	return out
 }
