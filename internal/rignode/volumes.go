@@ -267,6 +267,16 @@ func writeFile(dir, rel string, data []byte, mode os.FileMode) error {
 	return os.Rename(tmp, p)
 }
 
+// tokenBindingWait bounds how long a token request waits for the API
+// server's NodeRestriction to see the pod bound to this node.
+const tokenBindingWait = 10 * time.Second
+
+// bindingNotSeen reports NodeRestriction refusing a token for a pod it does
+// not yet know is on this node.
+func bindingNotSeen(err error) bool {
+	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "bound to a pod scheduled on a different node")
+}
+
 // refreshToken asks the API for a token bound to the pod and writes it.
 func (b *volumeBuilder) refreshToken(ctx context.Context, t *serviceAccountToken) error {
 	sa := b.pod.Spec.ServiceAccountName
@@ -281,6 +291,17 @@ func (b *volumeBuilder) refreshToken(ctx context.Context, t *serviceAccountToken
 		req.Spec.Audiences = []string{t.audience}
 	}
 	tr, err := b.client.CoreV1().ServiceAccounts(b.pod.Namespace).CreateToken(ctx, sa, req, metav1.CreateOptions{})
+	// NodeRestriction checks the bound pod's node in its own cache, which
+	// may not have seen the pod's binding yet: a moment later it has, and
+	// a kubelet retries its volume mounts the same way.
+	for deadline := time.Now().Add(tokenBindingWait); err != nil && bindingNotSeen(err) && time.Now().Before(deadline); {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+		tr, err = b.client.CoreV1().ServiceAccounts(b.pod.Namespace).CreateToken(ctx, sa, req, metav1.CreateOptions{})
+	}
 	if err != nil {
 		return fmt.Errorf("service account token for %s/%s: %w", b.pod.Namespace, sa, err)
 	}
