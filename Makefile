@@ -200,11 +200,16 @@ ci: ## What .ci/run runs: gofmt, vet, staticcheck, vulncheck, the generated code
 
 DEV_DIR  ?= $(CURDIR)/.dev
 DEV_RIGS ?= 5
+# Rigs on the dev cluster's kubelet node (real kubelet, containerd, runc);
+# the others are on rignode.
+DEV_KUBELET_RIGS ?= 0,4
+# The manager and the trace server as containers on a kubelet node of their own.
+DEV_KUBELET_SYSTEM ?= true
 DEVCLUSTER = $(GO) run ./cmd/devcluster
 
 .PHONY: dev-up
-dev-up: k8s ## Start the local dev cluster (control plane, rignode, rigsim, modelsim, the operator) in .dev/.
-	$(DEVCLUSTER) up --dir $(DEV_DIR) --rigs $(DEV_RIGS)
+dev-up: k8s node ## Start the local dev cluster (control plane, a kubelet node, rignode, rigsim, modelsim, the operator) in .dev/.
+	$(DEVCLUSTER) up --dir $(DEV_DIR) --rigs $(DEV_RIGS) --kubelet-rigs $(DEV_KUBELET_RIGS) --kubelet-system=$(DEV_KUBELET_SYSTEM)
 
 .PHONY: dev-down
 dev-down: ## Stop the local dev cluster.
@@ -215,8 +220,8 @@ dev-status: ## Show the dev cluster's processes.
 	$(DEVCLUSTER) status --dir $(DEV_DIR)
 
 .PHONY: demo
-demo: k8s ## The main job: dev cluster up, one sample AgentRun per sentinel, watched to the end.
-	$(DEVCLUSTER) demo --dir $(DEV_DIR) --rigs $(DEV_RIGS)
+demo: k8s node ## The main job: dev cluster up, one sample AgentRun per sentinel, watched to the end.
+	$(DEVCLUSTER) demo --dir $(DEV_DIR) --rigs $(DEV_RIGS) --kubelet-rigs $(DEV_KUBELET_RIGS) --kubelet-system=$(DEV_KUBELET_SYSTEM)
 
 # The e2e tests mostly wait on their rigs' simulated latencies, each on a rig
 # of its own (test/e2e's rigCount): eight at once, not GOMAXPROCS (two) at a

@@ -86,7 +86,7 @@ func run(args []string) int {
 type options struct {
 	root, dir, manager, scenarios string
 	rigs, basePort                int
-	build, attach                 bool
+	build, attach, kubeletSystem  bool
 	probe, timeout                time.Duration
 	rigsimArgs                    string
 	kubeletRigs                   rigList
@@ -136,6 +136,7 @@ func newFlags(cmd string, o *options) *flag.FlagSet {
 	fs.BoolVar(&o.attach, "attach", false, "stay in the foreground; Ctrl-C stops the cluster")
 	fs.DurationVar(&o.probe, "rig-probe-interval", 2*time.Second, "the operator's rig health probe period")
 	fs.StringVar(&o.rigsimArgs, "rigsim-args", "--reply-after=30s", "extra rigsim flags, space-separated")
+	fs.BoolVar(&o.kubeletSystem, "kubelet-system", false, "run the chart's manager and trace server as containers on "+devcluster.KubeletSystemNode+", a node run by a real kubelet and containerd (else rignode runs them)")
 	fs.Var(&o.kubeletRigs, "kubelet-rigs", "rigs (e.g. 3,4) on "+devcluster.KubeletNode+", a node run by a real kubelet and containerd whose loop pods are containers; empty: none")
 	return fs
 }
@@ -158,7 +159,7 @@ func (o options) config(dir string, logf func(string, ...any)) devcluster.Config
 	return devcluster.Config{
 		Root: o.root, Dir: dir, Rigs: o.rigs, BasePort: o.basePort, Manager: devcluster.Manager(o.manager),
 		Scenarios: o.scenarios, Build: o.build, RigProbeInterval: o.probe, RigsimArgs: strings.Fields(o.rigsimArgs), Log: logf,
-		KubeletRigs: o.kubeletRigs,
+		KubeletRigs: o.kubeletRigs, KubeletSystem: o.kubeletSystem,
 	}
 }
 

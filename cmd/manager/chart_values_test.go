@@ -61,7 +61,9 @@ func TestChartSchemaRefusesBadValues(t *testing.T) {
 		{"runs.loopPod.resources.request.cpu=1", "'request' not allowed"},
 		{"runs.followUpPod.securityContext.runAsUsr=1", "'runAsUsr' not allowed"},
 		{"runs.loopPod.podSecurityContext.runAsUser=-1", "/runs/loopPod/podSecurityContext/runAsUser"},
-		{"runs.loopPod.apiServer=https://10.0.0.5:6443", "/runs/loopPod/apiServer"},
+		{"apiServer=https://10.0.0.5:6443", "/apiServer"},
+		{"runs.loopPod.apiServer=10.0.0.5:6443", "'apiServer' not allowed"},
+		{"manager.hostNetwork=yes", "/manager/hostNetwork"},
 		{"runs.followUpPod.resources.limits.memory=lots", "/runs/followUpPod/resources/limits/memory"},
 		{"metrics.serviceMonitor.interval=soon", "/metrics/serviceMonitor/interval"},
 		{"metrics.dashbord.enabled=true", "'dashbord' not allowed"},
@@ -233,7 +235,7 @@ func TestChartPodSettingsReachTheManagersPods(t *testing.T) {
 		"--set", "runs.loopPod.podSecurityContext.runAsUser=65532",
 		"--set", "runs.loopPod.securityContext.readOnlyRootFilesystem=true",
 		"--set", "runs.followUpPod.resources.limits.memory=96Mi",
-		"--set", "runs.loopPod.apiServer=10.0.0.5:6443",
+		"--set", "apiServer=10.0.0.5:6443",
 	))))
 	lc := pod.Spec.Containers[0]
 	env := map[string]string{}
@@ -241,7 +243,7 @@ func TestChartPodSettingsReachTheManagersPods(t *testing.T) {
 		env[e.Name] = e.Value
 	}
 	if env["KUBERNETES_SERVICE_HOST"] != "10.0.0.5" || env["KUBERNETES_SERVICE_PORT"] != "6443" {
-		t.Errorf("runs.loopPod.apiServer: the loop's KUBERNETES_SERVICE_HOST/PORT are %q/%q", env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"])
+		t.Errorf("apiServer: the loop's KUBERNETES_SERVICE_HOST/PORT are %q/%q", env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"])
 	}
 	if lc.ImagePullPolicy != corev1.PullAlways || job.Containers[0].ImagePullPolicy != corev1.PullAlways {
 		t.Errorf("pull policies: loop %q, follow-up %q; want the chart's Always", lc.ImagePullPolicy, job.Containers[0].ImagePullPolicy)
@@ -257,6 +259,57 @@ func TestChartPodSettingsReachTheManagersPods(t *testing.T) {
 	}
 	if m := job.Containers[0].Resources.Limits.Memory(); m.Cmp(resource.MustParse("96Mi")) != 0 {
 		t.Errorf("follow-up memory limit %s", m.String())
+	}
+}
+
+// On a node without kube-proxy or a pod network (a farm's rig-side nodes,
+// the dev cluster's kubelet nodes) the manager and the trace server share
+// the node's network and reach the API server where apiServer says; by
+// default neither does, and the kubelet's Service variables stand.
+func TestChartHostNetworkAndAPIServer(t *testing.T) {
+	t.Parallel()
+	pods := func(objs []object) map[string]object {
+		out := map[string]object{}
+		for _, name := range []string{"t-clawfarm-manager", "t-clawfarm-server"} {
+			dep := find(objs, "Deployment", "farm", name)
+			if dep == nil {
+				t.Fatalf("no Deployment %s", name)
+			}
+			out[name] = dig(dep, "spec", "template", "spec").(map[string]any)
+		}
+		return out
+	}
+	envOf := func(spec object) map[string]any {
+		env := map[string]any{}
+		list, _ := dig(spec["containers"].([]any)[0], "env").([]any)
+		for _, e := range list {
+			env[e.(map[string]any)["name"].(string)] = e.(map[string]any)["value"]
+		}
+		return env
+	}
+	for name, spec := range pods(renderChart(t)) {
+		if spec["hostNetwork"] != nil || envOf(spec)["KUBERNETES_SERVICE_HOST"] != nil {
+			t.Errorf("%s by default: hostNetwork %v, env %v; want the pod network and the kubelet's Service variables", name, spec["hostNetwork"], envOf(spec))
+		}
+	}
+	objs := renderChart(t, "--set", "apiServer=127.0.0.1:6443", "--set", "manager.hostNetwork=true", "--set", "server.hostNetwork=true")
+	for name, spec := range pods(objs) {
+		env := envOf(spec)
+		if spec["hostNetwork"] != true || spec["dnsPolicy"] != "ClusterFirstWithHostNet" {
+			t.Errorf("%s: hostNetwork %v dnsPolicy %v", name, spec["hostNetwork"], spec["dnsPolicy"])
+		}
+		if env["KUBERNETES_SERVICE_HOST"] != "127.0.0.1" || env["KUBERNETES_SERVICE_PORT"] != "6443" || env["KUBERNETES_SERVICE_PORT_HTTPS"] != "6443" {
+			t.Errorf("%s: env %v, want the Service variables at 127.0.0.1:6443", name, env)
+		}
+	}
+	if f := chartManagerFlags(t, managerDeployment(t, objs)); *f.loopAPIServer != "127.0.0.1:6443" {
+		t.Errorf("--loop-api-server %q, want apiServer's 127.0.0.1:6443", *f.loopAPIServer)
+	}
+	// The S3 credentials' envFrom and apiServer's env sit side by side.
+	objs = renderChart(t, "--set", "apiServer=10.0.0.5:6443", "--set", "server.s3.bucket=b", "--set", "server.s3.endpoint=s3:9000", "--set", "server.s3.credentialsSecret=s3")
+	c := pods(objs)["t-clawfarm-server"]["containers"].([]any)[0].(map[string]any)
+	if c["envFrom"] == nil || envOf(pods(objs)["t-clawfarm-server"])["KUBERNETES_SERVICE_HOST"] != "10.0.0.5" {
+		t.Errorf("server container with S3 and apiServer: envFrom %v env %v", c["envFrom"], c["env"])
 	}
 }
 

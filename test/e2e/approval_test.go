@@ -26,11 +26,14 @@ import (
 // it in the cluster user's name, and the same session places the order and
 // ends DONE; the trace records who approved.
 func TestApprovalHoldsTheOrder(t *testing.T) {
-	t.Parallel()
+	onEachHost(t, rigApproval, rigKubeletApproval, approvalHoldsTheOrder)
+}
+
+func approvalHoldsTheOrder(t *testing.T, rigApproval int, sfx string) {
 	ctx := ctxFor(t, runTimeout)
-	policy := &farmv1.ToolPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: devcluster.RunNamespace, Name: "e2e-orders-need-a-person"},
+	policy := &farmv1.ToolPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: devcluster.RunNamespace, Name: "e2e-orders-need-a-person" + sfx},
 		Spec: farmv1.ToolPolicySpec{
-			RunSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"e2e-approval": "true"}},
+			RunSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"e2e-approval" + sfx: "true"}},
 			Rules: []farmv1.ToolRule{{Name: "place-order", Tools: []string{"tap"}, Action: farmv1.ToolApprove,
 				Expression: `targets.exists(e, e.label.matches('(?i)place order'))`, Message: "an order costs money"}},
 		}}
@@ -39,14 +42,14 @@ func TestApprovalHoldsTheOrder(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cluster.Client.Delete(ctxFor(t, 30*time.Second), policy) })
 
-	run := newRun("e2e-approval", rigApproval, "shop", "Order one bag of coffee beans in the Shop app.")
-	run.Labels = map[string]string{"e2e-approval": "true"}
+	run := newRun("e2e-approval"+sfx, rigApproval, "shop", "Order one bag of coffee beans in the Shop app.")
+	run.Labels = map[string]string{"e2e-approval" + sfx: "true"}
 	create(t, run)
-	held := waitRun(t, "e2e-approval", runTimeout, "AwaitingApproval", func(r *farmv1.AgentRun) bool {
+	held := waitRun(t, "e2e-approval"+sfx, runTimeout, "AwaitingApproval", func(r *farmv1.AgentRun) bool {
 		return meta.IsStatusConditionTrue(r.Status.Conditions, farmv1.ConditionAwaitingApproval)
 	})
 	c := meta.FindStatusCondition(held.Status.Conditions, farmv1.ConditionAwaitingApproval)
-	for _, want := range []string{"tap {", "ToolPolicy e2e-orders-need-a-person, rule place-order: an order costs money", "kubectl claw approve e2e-approval"} {
+	for _, want := range []string{"tap {", "ToolPolicy e2e-orders-need-a-person" + sfx + ", rule place-order: an order costs money", "kubectl claw approve e2e-approval" + sfx} {
 		if !strings.Contains(c.Message, want) {
 			t.Errorf("AwaitingApproval %q lacks %q", c.Message, want)
 		}
@@ -60,7 +63,7 @@ func TestApprovalHoldsTheOrder(t *testing.T) {
 	tty := false
 	o := &claw.Options{TTY: &tty}
 	o.Streams.In, o.Streams.Out, o.Streams.ErrOut = strings.NewReader(""), &out, &errOut
-	if code := o.Execute(ctx, []string{"--kubeconfig", cluster.Kubeconfig, "-n", devcluster.RunNamespace, "approve", "e2e-approval"}); code != 0 {
+	if code := o.Execute(ctx, []string{"--kubeconfig", cluster.Kubeconfig, "-n", devcluster.RunNamespace, "approve", "e2e-approval" + sfx}); code != 0 {
 		t.Fatalf("kubectl claw approve: exit %d: %s%s", code, out.String(), errOut.String())
 	}
 	_, user, _ := strings.Cut(strings.TrimSpace(out.String()), " as ")
@@ -68,7 +71,7 @@ func TestApprovalHoldsTheOrder(t *testing.T) {
 		t.Fatalf("kubectl claw approve said %q", out.String())
 	}
 
-	done := waitFinished(t, "e2e-approval", farmv1.RunSucceeded)
+	done := waitFinished(t, "e2e-approval"+sfx, farmv1.RunSucceeded)
 	if done.Status.Sentinel != "DONE" || len(done.Status.Attempts) != 1 {
 		t.Fatalf("sentinel %q, attempts %s: want DONE in the one session", done.Status.Sentinel, attemptsSummary(done))
 	}
@@ -79,7 +82,7 @@ func TestApprovalHoldsTheOrder(t *testing.T) {
 		t.Fatalf("ground truth: %d orders, want the one approved", len(st.Shop.Orders))
 	}
 
-	code, _, stream := traceGet(t, "/api/v1/runs/"+devcluster.RunNamespace+"/e2e-approval/attempts/1/events")
+	code, _, stream := traceGet(t, "/api/v1/runs/"+devcluster.RunNamespace+"/e2e-approval"+sfx+"/attempts/1/events")
 	if code != http.StatusOK {
 		t.Fatalf("trace events: %d", code)
 	}

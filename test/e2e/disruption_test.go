@@ -16,6 +16,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
@@ -103,9 +104,27 @@ func killManager(t *testing.T) int {
 		p.Kill()
 		return p.PID
 	}
-	// The chart's manager is a pod rignode runs as a host process, from the
-	// manager image it unpacked under the node's root directory: find it by
-	// that binary and this cluster's metrics port.
+	if cluster.KubeletSystem {
+		// A container of the operator's kubelet node: its process, as runc
+		// reports it. The kubelet restarts the container.
+		pod := managerPod(t)
+		for _, cs := range pod.Status.ContainerStatuses {
+			if cs.Name == "manager" && cs.State.Running != nil {
+				pid, err := cluster.ContainerPID(ctxFor(t, 10*time.Second), cs.ContainerID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+					t.Fatalf("kill the manager (pid %d): %v", pid, err)
+				}
+				return pid
+			}
+		}
+		t.Fatalf("the manager pod %s has no running manager container: %+v", pod.Name, pod.Status.ContainerStatuses)
+	}
+	// On rignode the chart's manager is a pod run as a host process, from
+	// the manager image it unpacked under the node's root directory: find
+	// it by that binary and this cluster's metrics port.
 	bin := filepath.Join(cluster.Dir, "nodes", devcluster.SystemNode, "images", "roots") + "/"
 	port := fmt.Sprintf("127.0.0.1:%d", cluster.Ports().ManagerMetrics)
 	entries, _ := os.ReadDir("/proc")
@@ -128,6 +147,26 @@ func killManager(t *testing.T) int {
 	}
 	t.Fatalf("no manager process of this cluster (%s with %s) found", bin, port)
 	return 0
+}
+
+// managerPod is the chart's running manager pod.
+func managerPod(t *testing.T) corev1.Pod {
+	t.Helper()
+	var pods corev1.PodList
+	sel, err := labels.Parse(devcluster.ManagerLabel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.Client.List(ctxFor(t, 10*time.Second), &pods, client.InNamespace(devcluster.OperatorNamespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+			return p
+		}
+	}
+	t.Fatalf("no running manager pod of %d", len(pods.Items))
+	return corev1.Pod{}
 }
 
 // A loop pod deleted while it runs: the attempt ends as infrastructure, a free
@@ -199,24 +238,27 @@ func TestRigUnready(t *testing.T) {
 // Cancel: spec.cancel stops the running pod; the run ends Cancelled and the
 // rig is released.
 func TestCancel(t *testing.T) {
-	t.Parallel()
+	onEachHost(t, rigCancel, rigKubeletCancel, cancel)
+}
+
+func cancel(t *testing.T, rigCancel int, sfx string) {
 	setFaults(t, rigCancel, crawlingTaps)
-	create(t, newRun("e2e-cancel", rigCancel, "timer", "Set a 5 minute timer in the Clock app and start it."))
-	runningPod(t, "e2e-cancel-a1", time.Minute)
+	create(t, newRun("e2e-cancel"+sfx, rigCancel, "timer", "Set a 5 minute timer in the Clock app and start it."))
+	runningPod(t, "e2e-cancel"+sfx+"-a1", time.Minute)
 	// The loop patches its progress into the run (through the pod's service account).
-	run := waitRun(t, "e2e-cancel", time.Minute, "showing the loop's progress", func(r *farmv1.AgentRun) bool {
+	run := waitRun(t, "e2e-cancel"+sfx, time.Minute, "showing the loop's progress", func(r *farmv1.AgentRun) bool {
 		return r.Status.Progress != nil && r.Status.Progress.Turn >= 1
 	})
 	patch := client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"cancel":true}}`))
 	if err := cluster.Client.Patch(ctxFor(t, 10*time.Second), run, patch); err != nil {
 		t.Fatalf("cancel: %v", err)
 	}
-	run = waitFinished(t, "e2e-cancel", farmv1.RunCancelled)
+	run = waitFinished(t, "e2e-cancel"+sfx, farmv1.RunCancelled)
 	if succeededReason(run) != farmv1.ReasonCancelled {
 		t.Fatalf("reason %q, want Cancelled", succeededReason(run))
 	}
 	deadline := time.Now().Add(time.Minute)
-	for len(podsOf(t, "e2e-cancel")) > 0 {
+	for len(podsOf(t, "e2e-cancel"+sfx)) > 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("the cancelled run's pod is still there")
 		}

@@ -45,11 +45,40 @@ const (
 	rigKubeletDone
 	rigKubeletRestart
 	rigKubeletBadImage
+	rigKubeletOOM
+	// The kubelet node's twins of rignode rigs, for tests that run on
+	// both (onEachHost).
+	rigKubeletFail
+	rigKubeletIdle
+	rigKubeletStuckAlways
+	rigKubeletWait
+	rigKubeletCancel
+	rigKubeletApproval
+	rigCount
 )
 
 // kubeletRigs sit on devcluster.KubeletNode, a node run by a real kubelet
 // and containerd; the others on rignode hosts.
-var kubeletRigs = []int{rigKubeletDone, rigKubeletRestart, rigKubeletBadImage}
+var kubeletRigs = []int{rigKubeletDone, rigKubeletRestart, rigKubeletBadImage, rigKubeletOOM,
+	rigKubeletFail, rigKubeletIdle, rigKubeletStuckAlways, rigKubeletWait, rigKubeletCancel, rigKubeletApproval}
+
+// onEachHost runs a test on a rignode rig host (the loop a host process)
+// and on the kubelet node (the loop a container under containerd), each on
+// a rig of its own, in parallel. The test's rig parameter takes the name of
+// the rignode rig's constant; the kubelet case's run names end in -k.
+func onEachHost(t *testing.T, rignodeRig, kubeletRig int, test func(t *testing.T, rig int, sfx string)) {
+	t.Parallel()
+	for _, h := range []struct {
+		name string
+		rig  int
+		sfx  string
+	}{{"rignode", rignodeRig, ""}, {"kubelet", kubeletRig, "-k"}} {
+		t.Run(h.name, func(t *testing.T) {
+			t.Parallel()
+			test(t, h.rig, h.sfx)
+		})
+	}
+}
 
 // slowTaps makes every touch take 5 s (100 s of rig time × rigsim's 0.05
 // time scale), so a timer session lasts about 25 s: long enough to interfere with.

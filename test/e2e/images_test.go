@@ -173,19 +173,52 @@ func (w *imageWatch) check() error {
 			return fmt.Errorf("no %s pod seen (seen: %v)", k, kinds)
 		}
 	}
-	containerd := 0
+	// Where a real kubelet runs them, the operator's pods are containers:
+	// loop pods on the kubelet rig host, the manager (chart mode) and the
+	// trace server on the operator's kubelet node, and nowhere else.
+	containerd := map[string]int{}
 	for pod, place := range w.where {
-		if strings.HasPrefix(pod, "loop ") && place == devcluster.KubeletNode+" containerd" {
-			containerd++
+		kind := strings.Fields(pod)[0]
+		switch {
+		case place == devcluster.KubeletNode+" containerd" && kind == "loop":
+			containerd[kind]++
+		case place == devcluster.KubeletSystemNode+" containerd" && (kind == "manager" || kind == "trace-server"):
+			containerd[kind]++
+		case (kind == "trace-server" || (kind == "manager" && cluster.Manager == devcluster.ManagerChart)) && cluster.KubeletSystem:
+			return fmt.Errorf("%s ran on %s, want %s under containerd", pod, place, devcluster.KubeletSystemNode)
 		}
 	}
-	if containerd == 0 {
-		return fmt.Errorf("no loop pod ran under containerd on %s", devcluster.KubeletNode)
+	want := []string{"loop"}
+	if cluster.KubeletSystem {
+		want = append(want, "trace-server")
+		if cluster.Manager == devcluster.ManagerChart {
+			want = append(want, "manager")
+		}
+	}
+	for _, k := range want {
+		if containerd[k] == 0 {
+			return fmt.Errorf("no %s container ran under containerd on a kubelet node (%v)", k, containerd)
+		}
 	}
 	return nil
 }
 
-func (w *imageWatch) summary() string {
+// nodeRuntimes maps each node to the container runtime it reports
+// (containerd://2.4.2 on a kubelet node).
+func nodeRuntimes() map[string]string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var nodes corev1.NodeList
+	out := map[string]string{}
+	if err := cluster.Client.List(ctx, &nodes); err == nil {
+		for _, n := range nodes.Items {
+			out[n.Name] = n.Status.NodeInfo.ContainerRuntimeVersion
+		}
+	}
+	return out
+}
+
+func (w *imageWatch) summary(runtimes map[string]string) string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	kinds := map[string]int{}
@@ -202,7 +235,8 @@ func (w *imageWatch) summary() string {
 	for k, n := range kinds {
 		var on []string
 		for place, m := range where[k] {
-			on = append(on, fmt.Sprintf("%d on %s", m, place))
+			node, _, _ := strings.Cut(place, " ")
+			on = append(on, fmt.Sprintf("%d on %s (%s)", m, node, runtimes[node]))
 		}
 		sort.Strings(on)
 		parts = append(parts, fmt.Sprintf("%d %s containers (%s)", n, k, strings.Join(on, ", ")))

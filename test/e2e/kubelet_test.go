@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
@@ -259,4 +260,36 @@ func rootMountOptions(t *testing.T, pid int) string {
 	}
 	t.Fatalf("no / in the mounts of pid %d", pid)
 	return ""
+}
+
+// oomLimit is a memory limit the own-state step fits in and the loop does
+// not: the loop's container uses about 8 MB once its session runs (its
+// cgroup's memory.max_usage_in_bytes), runc's init and own-state less than 6.
+const oomLimit = "6Mi"
+
+// A loop container killed by its memory limit (the kernel's OOM killer,
+// which only a real node's cgroups apply): the attempt is a counted STUCK
+// whose message says so, and the run goes on to a fresh attempt, which meets
+// the same limit.
+func TestKubeletOOMKilledLoopCountsStuck(t *testing.T) {
+	t.Parallel()
+	run := newRun("e2e-kubelet-oom", rigKubeletOOM, "timer", "Set a 5 minute timer in the Clock app and start it.")
+	run.Spec.Limits.MaxAttempts = 2
+	run.Spec.Pod = &farmv1.PodOverrides{Resources: &corev1.ResourceRequirements{
+		Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(oomLimit)},
+	}}
+	create(t, run)
+	r := waitFinished(t, "e2e-kubelet-oom", farmv1.RunFailed)
+	if succeededReason(r) != farmv1.ReasonAttemptsExhausted || len(r.Status.Attempts) != 2 {
+		t.Fatalf("reason %q attempts %s; want AttemptsExhausted after 2", succeededReason(r), attemptsSummary(r))
+	}
+	for _, a := range r.Status.Attempts {
+		if a.Sentinel != "STUCK" || !a.Counted || a.Outcome != string(farmv1.OutcomeStuck) || a.ExitCode == nil || *a.ExitCode != 137 ||
+			!strings.Contains(a.Message, "out of memory") || a.Node != devcluster.KubeletNode {
+			t.Fatalf("attempt %d: sentinel %q outcome %s counted %v exit %v on %s, message %q; want a counted STUCK, exit 137, out of memory, on %s",
+				a.Attempt, a.Sentinel, a.Outcome, a.Counted, a.ExitCode, a.Node, a.Message, devcluster.KubeletNode)
+		}
+	}
+	t.Logf("attempt 1: %s", r.Status.Attempts[0].Message)
+	rigFree(t, rigKubeletOOM)
 }

@@ -31,9 +31,6 @@ import (
 // cluster is the suite's dev cluster.
 var cluster *devcluster.Cluster
 
-// rigCount is how many rigs the suite's cluster has: one per parallel test.
-const rigCount = 19
-
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
 func run(m *testing.M) int {
@@ -64,6 +61,9 @@ func run(m *testing.M) int {
 		// their own, the other tests' sessions run on meanwhile.
 		OwnHosts:    []int{rigHostKill, rigHostPause},
 		KubeletRigs: kubeletRigs,
+		// The manager (chart mode) and the trace server run as containers
+		// on a kubelet node of their own, as on a farm's own nodes.
+		KubeletSystem: true,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: dev cluster:", err)
@@ -85,7 +85,7 @@ func run(m *testing.M) int {
 			fmt.Fprintln(os.Stderr, "--- FAIL: every operator pod runs an image from the dev cluster's registry:", err)
 			code = 1
 		} else {
-			fmt.Fprintln(os.Stderr, "e2e: every operator pod ran from the registry:", images.summary())
+			fmt.Fprintln(os.Stderr, "e2e: every operator pod ran from the registry:", images.summary(nodeRuntimes()))
 		}
 	}
 	if code != 0 {
@@ -97,10 +97,10 @@ func run(m *testing.M) int {
 	}
 	cluster.Down()
 	if left := devcluster.KubeletLeftovers(dir); len(left) > 0 {
-		fmt.Fprintf(os.Stderr, "--- FAIL: the stopped kubelet node left %s\n", strings.Join(left, "; "))
+		fmt.Fprintf(os.Stderr, "--- FAIL: the stopped kubelet nodes left %s\n", strings.Join(left, "; "))
 		return 1
 	}
-	fmt.Fprintln(os.Stderr, "e2e: the stopped kubelet node left no container, process, mount, cgroup, bridge or log link")
+	fmt.Fprintln(os.Stderr, "e2e: the stopped kubelet nodes left no container, process, mount, cgroup, bridge or log link")
 	return code
 }
 

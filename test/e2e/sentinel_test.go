@@ -40,9 +40,12 @@ func TestDone(t *testing.T) {
 
 // FAIL: the run fails (TaskFailed) without a retry, and nothing was bought.
 func TestFail(t *testing.T) {
-	t.Parallel()
-	create(t, newRun("e2e-fail", rigFail, "soldout", "Buy the headphones in the Shop app."))
-	run := waitFinished(t, "e2e-fail", farmv1.RunFailed)
+	onEachHost(t, rigFail, rigKubeletFail, fail)
+}
+
+func fail(t *testing.T, rigFail int, sfx string) {
+	create(t, newRun("e2e-fail"+sfx, rigFail, "soldout", "Buy the headphones in the Shop app."))
+	run := waitFinished(t, "e2e-fail"+sfx, farmv1.RunFailed)
 	if run.Status.Sentinel != "FAIL" || succeededReason(run) != farmv1.ReasonTaskFailed || len(run.Status.Attempts) != 1 {
 		t.Fatalf("sentinel %q reason %q attempts %s, want FAIL, TaskFailed, one attempt", run.Status.Sentinel, succeededReason(run), attemptsSummary(run))
 	}
@@ -53,14 +56,19 @@ func TestFail(t *testing.T) {
 	if !strings.Contains(st.Page, "Shop/") {
 		t.Fatalf("ground truth: page %q, want the Shop's product page where it found Sold Out", st.Page)
 	}
+	// The trace reached the trace server, wherever the loop ran.
+	checkTrace(t, "e2e-fail"+sfx, "FAIL")
 	rigFree(t, rigFail)
 }
 
 // IDLE: nothing to do; the run succeeds with reason Idle and nothing was sent.
 func TestIdle(t *testing.T) {
-	t.Parallel()
-	create(t, newRun("e2e-idle", rigIdle, "idle", "Check Messages for anything new; do nothing if there is nothing."))
-	run := waitFinished(t, "e2e-idle", farmv1.RunSucceeded)
+	onEachHost(t, rigIdle, rigKubeletIdle, idle)
+}
+
+func idle(t *testing.T, rigIdle int, sfx string) {
+	create(t, newRun("e2e-idle"+sfx, rigIdle, "idle", "Check Messages for anything new; do nothing if there is nothing."))
+	run := waitFinished(t, "e2e-idle"+sfx, farmv1.RunSucceeded)
 	if run.Status.Sentinel != "IDLE" || succeededReason(run) != farmv1.ReasonIdle {
 		t.Fatalf("sentinel %q reason %q, want IDLE, Idle", run.Status.Sentinel, succeededReason(run))
 	}
@@ -103,17 +111,23 @@ func stuckOnceRun(t *testing.T) string {
 
 // STUCK three times → Failed (AttemptsExhausted), three pods.
 func TestStuckExhausted(t *testing.T) {
-	t.Parallel()
-	run := newRun("e2e-stuck-always", rigStuckAlways, "always-stuck", "Do something the phone cannot do.")
+	onEachHost(t, rigStuckAlways, rigKubeletStuckAlways, stuckExhausted)
+}
+
+func stuckExhausted(t *testing.T, rigStuckAlways int, sfx string) {
+	run := newRun("e2e-stuck-always"+sfx, rigStuckAlways, "always-stuck", "Do something the phone cannot do.")
 	run.Spec.Limits.MaxAttempts = 3
 	create(t, run)
-	run = waitFinished(t, "e2e-stuck-always", farmv1.RunFailed)
+	run = waitFinished(t, "e2e-stuck-always"+sfx, farmv1.RunFailed)
 	if succeededReason(run) != farmv1.ReasonAttemptsExhausted || run.Status.Attempt != 3 || len(run.Status.Attempts) != 3 {
 		t.Fatalf("reason %q attempt %d attempts %s; want AttemptsExhausted after 3", succeededReason(run), run.Status.Attempt, attemptsSummary(run))
 	}
 	for i, a := range run.Status.Attempts {
 		if a.Sentinel != "STUCK" || !a.Counted || *a.ExitCode != contract.ExitStuck {
 			t.Fatalf("attempt %d: %s, want a counted STUCK with exit %d", i+1, attemptsSummary(run), contract.ExitStuck)
+		}
+		if a.Node != cluster.RigHost(rigStuckAlways) {
+			t.Fatalf("attempt %d ran on %s, want %s", i+1, a.Node, cluster.RigHost(rigStuckAlways))
 		}
 	}
 	rigFree(t, rigStuckAlways)
@@ -122,15 +136,18 @@ func TestStuckExhausted(t *testing.T) {
 // WAIT → the operator's CronJob → the CronJob controller fires it → the
 // follow-up run <run>-f1 (created by `manager followup` in the Job) → DONE.
 func TestWaitFollowUp(t *testing.T) {
-	t.Parallel()
-	run := newRun("e2e-wait", rigWait, "ask-ana", "Ask Ana in Messages what time dinner is tomorrow.")
+	onEachHost(t, rigWait, rigKubeletWait, waitFollowUp)
+}
+
+func waitFollowUp(t *testing.T, rigWait int, sfx string) {
+	run := newRun("e2e-wait"+sfx, rigWait, "ask-ana", "Ask Ana in Messages what time dinner is tomorrow.")
 	run.Spec.FollowUp = farmv1.FollowUpPolicy{MaxChain: ptr.To[int32](2), DefaultDelayMinutes: 1}
 	create(t, run)
-	run = waitRun(t, "e2e-wait", runTimeout, "Waiting", func(r *farmv1.AgentRun) bool {
+	run = waitRun(t, "e2e-wait"+sfx, runTimeout, "Waiting", func(r *farmv1.AgentRun) bool {
 		return r.Status.Phase == farmv1.RunWaiting || r.Status.Phase.Finished()
 	})
 	fu := run.Status.FollowUp
-	if run.Status.Sentinel != "WAIT" || fu == nil || fu.FireTime == nil || fu.Run != "e2e-wait-f1" {
+	if run.Status.Sentinel != "WAIT" || fu == nil || fu.FireTime == nil || fu.Run != "e2e-wait"+sfx+"-f1" {
 		t.Fatalf("phase %s sentinel %q followUp %+v; want WAIT with follow-up e2e-wait-f1", run.Status.Phase, run.Status.Sentinel, fu)
 	}
 	if left := time.Until(fu.FireTime.Time); left > 3*time.Minute {
@@ -153,9 +170,9 @@ func TestWaitFollowUp(t *testing.T) {
 	// CronJob and its Job's `manager followup` has created it — well before
 	// the operator's own fallback (fire time + starting deadline) would.
 	fallback := fu.FireTime.Add(followup.StartingDeadlineSeconds * time.Second)
-	f1 := waitRun(t, "e2e-wait-f1", time.Until(fu.FireTime.Time)+2*time.Minute, "created", func(*farmv1.AgentRun) bool { return true })
+	f1 := waitRun(t, "e2e-wait"+sfx+"-f1", time.Until(fu.FireTime.Time)+2*time.Minute, "created", func(*farmv1.AgentRun) bool { return true })
 	if !f1.CreationTimestamp.Time.Before(fallback) {
-		t.Fatalf("e2e-wait-f1 was created at %s, not before the fallback at %s", f1.CreationTimestamp, fallback)
+		t.Fatalf("e2e-wait"+sfx+"-f1 was created at %s, not before the fallback at %s", f1.CreationTimestamp, fallback)
 	}
 	// The CronJob controller's event says it created the Job (the Job itself
 	// goes with the CronJob once the follow-up exists).
@@ -172,14 +189,14 @@ func TestWaitFollowUp(t *testing.T) {
 	if fired == "" {
 		t.Fatalf("no SuccessfulCreate event of the CronJob controller for %s: it did not fire", cj.Name)
 	}
-	child := waitFinished(t, "e2e-wait-f1", farmv1.RunSucceeded)
-	if child.Status.Sentinel != "DONE" || child.Labels[farmv1.LabelParent] != "e2e-wait" {
+	child := waitFinished(t, "e2e-wait"+sfx+"-f1", farmv1.RunSucceeded)
+	if child.Status.Sentinel != "DONE" || child.Labels[farmv1.LabelParent] != "e2e-wait"+sfx {
 		t.Fatalf("follow-up: sentinel %q parent label %q; want DONE, e2e-wait", child.Status.Sentinel, child.Labels[farmv1.LabelParent])
 	}
 	if !strings.Contains(child.Spec.Trigger, "waiting for Ana's reply") {
 		t.Fatalf("follow-up trigger %q does not carry the parent's recap", child.Spec.Trigger)
 	}
-	parent := waitFinished(t, "e2e-wait", farmv1.RunSucceeded)
+	parent := waitFinished(t, "e2e-wait"+sfx, farmv1.RunSucceeded)
 	if succeededReason(parent) != farmv1.ReasonFollowedUp {
 		t.Fatalf("parent reason %q, want FollowedUp", succeededReason(parent))
 	}

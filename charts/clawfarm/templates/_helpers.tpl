@@ -152,3 +152,19 @@ pricing.configMap; empty for none.
 {{- .Values.pricing.configMap -}}
 {{- end -}}
 {{- end -}}
+
+{{- /*
+The kubernetes Service's variables pointing at .Values.apiServer (host:port),
+for the operator's own containers: client-go's in-cluster config reads them.
+Empty when apiServer is unset.
+*/}}
+{{- define "clawfarm.apiServerEnv" -}}
+{{- with .Values.apiServer }}
+{{- $host := regexReplaceAll ":[0-9]+$" . "" }}
+{{- $port := regexFind "[0-9]+$" . }}
+env:
+- {name: KUBERNETES_SERVICE_HOST, value: {{ $host | quote }}}
+- {name: KUBERNETES_SERVICE_PORT, value: {{ $port | quote }}}
+- {name: KUBERNETES_SERVICE_PORT_HTTPS, value: {{ $port | quote }}}
+{{- end }}
+{{- end }}

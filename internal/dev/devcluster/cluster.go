@@ -90,7 +90,7 @@ func Up(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		{"rigsim and modelsim", c.startSimulators, false},
 		{"the registry and the images", c.startRegistry, false},
 		{"rignode (nodes " + strings.Join(nodeNames(cfg.nodes()), ", ") + ")", c.startNodes, false},
-		{"the kubelet node " + KubeletNode + " (containerd, runc)", c.startKubeletNode, len(cfg.KubeletRigs) == 0},
+		{"kubelet nodes " + strings.Join(nodeNames(cfg.kubeletNodes()), ", ") + " (containerd, runc)", c.startKubeletNodes, len(cfg.kubeletNodes()) == 0},
 		{"the operator (" + string(cfg.Manager) + ")", c.installOperator, false},
 		{fmt.Sprintf("%d DeviceRigs", cfg.Rigs), c.registerRigs, false},
 	}
@@ -160,10 +160,7 @@ func (c *Cluster) prepare(ctx context.Context) error {
 	if err := os.MkdirAll(filepath.Join(c.Dir, "logs"), 0o755); err != nil {
 		return err
 	}
-	nodes := nodeNames(c.nodes())
-	if len(c.KubeletRigs) > 0 {
-		nodes = append(nodes, KubeletNode)
-	}
+	nodes := nodeNames(append(c.nodes(), c.kubeletNodes()...))
 	var err error
 	if c.pki, err = EnsurePKI(filepath.Join(c.Dir, "pki"), nodes); err != nil {
 		return err
@@ -234,8 +231,8 @@ func (c *Cluster) checkPorts() error {
 	for _, n := range c.nodes() {
 		named["rignode "+n.name] = n.port
 	}
-	if len(c.KubeletRigs) > 0 {
-		named["kubelet "+KubeletNode] = c.kubeletPort()
+	for _, n := range c.kubeletNodes() {
+		named["kubelet "+n.name] = n.port
 	}
 	var taken []string
 	for what, port := range named {

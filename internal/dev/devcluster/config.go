@@ -31,6 +31,14 @@ const (
 	// KubeletNode is the Linux rig host run by a real kubelet and containerd
 	// (Config.KubeletRigs): its loop pods are containers.
 	KubeletNode = "dev-kubelet-host"
+	// KubeletSystemNode is an ordinary node run by a real kubelet and
+	// containerd (Config.KubeletSystem): the chart's manager and trace
+	// server run there as containers, as on a farm's own nodes.
+	KubeletSystemNode = "dev-kubelet-system"
+	// TaintOperator keeps every pod but the operator's own off
+	// KubeletSystemNode: the follow-up Jobs and the tests' pods stay on
+	// SystemNode, whose pods share the host's network.
+	TaintOperator = "farm.clawfarm.dev/dev-operator"
 	// OperatorNamespace is where the chart installs the manager.
 	OperatorNamespace = "clawfarm-system"
 	// RunNamespace is where sample and test runs live.
@@ -77,6 +85,11 @@ type Config struct {
 	// containerd (hack/build-node.sh), with host-network loop pods: a Linux
 	// rig host whose phone server listens on its loopback.
 	KubeletRigs []int
+	// KubeletSystem runs the chart's manager (ManagerChart) and trace
+	// server on KubeletSystemNode, a node run by its own kubelet and
+	// containerd, as host-network containers; else rignode runs them on
+	// SystemNode.
+	KubeletSystem bool
 	// Build runs `go build -o bin/ ./cmd/...` for the project's binaries first.
 	Build bool
 	// K8sDir is where the control-plane binaries are (default: hack/build-k8s.sh's answer).
@@ -112,17 +125,29 @@ func (c Config) Ports() Ports {
 const PortCount = 13
 
 // portCount is how many consecutive ports this cluster uses: one more for
-// the kubelet node's kubelet, after the rigs' own hosts.
+// each kubelet node's kubelet, after the rigs' own hosts.
 func (c Config) portCount() int {
-	n := PortCount + len(c.OwnHosts)
-	if len(c.KubeletRigs) > 0 {
-		n++
-	}
-	return n
+	return PortCount + len(c.OwnHosts) + len(c.kubeletNodes())
 }
 
-// kubeletPort is the kubelet node's kubelet port.
-func (c Config) kubeletPort() int { return c.BasePort + PortCount + len(c.OwnHosts) }
+// kubeletNodes are the nodes run by a kubelet and containerd: KubeletNode
+// when rigs sit there, KubeletSystemNode when the operator runs there.
+func (c Config) kubeletNodes() []node {
+	var ns []node
+	port := c.BasePort + PortCount + len(c.OwnHosts)
+	if len(c.KubeletRigs) > 0 {
+		ns = append(ns, node{KubeletNode, farmv1.TaintRig + "=true,farm.clawfarm.dev/dev-node=kubelet", farmv1.TaintRig + "=true:NoSchedule", port})
+		port++
+	}
+	if c.KubeletSystem {
+		ns = append(ns, node{KubeletSystemNode, "farm.clawfarm.dev/dev-node=kubelet-system", TaintOperator + "=true:NoSchedule", port})
+	}
+	return ns
+}
+
+// isKubeletNode reports whether the node of that name is run by a kubelet
+// (a node and nothing more) rather than by rignode.
+func isKubeletNode(name string) bool { return name == KubeletNode || name == KubeletSystemNode }
 
 // RigHost is the node rig i sits on: its own rig host when OwnHosts names
 // it, KubeletNode when KubeletRigs does, else RigNode.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"golang.org/x/term"
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -106,8 +107,53 @@ func (c *Cluster) Demo(ctx context.Context, out io.Writer, p Provider, timeout t
 	}
 	fmt.Fprintf(out, "Applied %d AgentRuns (config/demo/runs.yaml), model: %s\n\n", len(runs), model)
 	err = c.watchRuns(ctx, out, timeout)
+	if perr := c.printPlaces(ctx, out); perr != nil && err == nil {
+		err = perr
+	}
 	c.printNext(out)
 	return err
+}
+
+// printPlaces prints where the operator's pods ran (PlaceTable).
+func (c *Cluster) printPlaces(ctx context.Context, out io.Writer) error {
+	var pods corev1.PodList
+	var nodes corev1.NodeList
+	if err := c.Client.List(ctx, &pods); err != nil {
+		return err
+	}
+	if err := c.Client.List(ctx, &nodes); err != nil {
+		return err
+	}
+	fmt.Fprint(out, "\nWhere the operator's pods ran (kubectl get pods -A -o wide; kubectl get nodes -o wide):\n"+PlaceTable(pods.Items, nodes.Items))
+	return nil
+}
+
+// PlaceTable renders where each of the operator's pods runs or ran — the
+// manager, the trace server, loop pods and follow-up Jobs' pods — with its
+// node and that node's container runtime (containerd://2.4.2 on a kubelet
+// node, rignode's on the others).
+func PlaceTable(pods []corev1.Pod, nodes []corev1.Node) string {
+	runtime := map[string]string{}
+	for _, n := range nodes {
+		runtime[n.Name] = n.Status.NodeInfo.ContainerRuntimeVersion
+	}
+	var rows []string
+	for _, p := range pods {
+		ours := p.Namespace == OperatorNamespace || p.Labels[farmv1.LabelRun] != "" || p.Labels["batch.kubernetes.io/job-name"] != ""
+		if !ours {
+			continue
+		}
+		rows = append(rows, fmt.Sprintf("%s/%s\t%s\t%s", p.Namespace, p.Name, dash(p.Spec.NodeName), dash(runtime[p.Spec.NodeName])))
+	}
+	sort.Strings(rows)
+	var b bytes.Buffer
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "POD\tNODE\tRUNTIME")
+	for _, r := range rows {
+		fmt.Fprintln(tw, r)
+	}
+	tw.Flush()
+	return b.String()
 }
 
 // SetRigFaults merges rigsim faults (a JSON object) into a rig's.

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
@@ -317,8 +318,8 @@ func TestKubeletRigs(t *testing.T) {
 	if c.RigHost(3) != KubeletNode || !c.OnKubelet(4) || c.OnKubelet(0) || c.RigHost(1) != RigNode+"-1" {
 		t.Fatalf("rig hosts %s %s %s", c.RigHost(0), c.RigHost(1), c.RigHost(3))
 	}
-	if c.portCount() != PortCount+2 || c.kubeletPort() != c.BasePort+PortCount+1 {
-		t.Fatalf("ports: %d from %d, kubelet on %d", c.portCount(), c.BasePort, c.kubeletPort())
+	if ns := c.kubeletNodes(); c.portCount() != PortCount+2 || len(ns) != 1 || ns[0].name != KubeletNode || ns[0].port != c.BasePort+PortCount+1 {
+		t.Fatalf("ports: %d from %d, kubelet nodes %+v", c.portCount(), c.BasePort, ns)
 	}
 	cl := &Cluster{Config: c}
 	if r := cl.DeviceRig(3); r.Spec.NodeName != KubeletNode || !r.Spec.HostNetwork {
@@ -335,13 +336,40 @@ func TestKubeletRigs(t *testing.T) {
 	}
 }
 
+// The operator's kubelet node: after the rigs' kubelet node, on a port of
+// its own, tainted so that only the operator's pods (which tolerate it)
+// land there, and in the chart's values.
+func TestKubeletSystemNode(t *testing.T) {
+	c := Config{Root: t.TempDir(), Rigs: 3, OwnHosts: []int{2}, KubeletRigs: []int{0}, KubeletSystem: true}
+	if err := c.defaults(); err != nil {
+		t.Fatal(err)
+	}
+	ns := c.kubeletNodes()
+	if len(ns) != 2 || ns[0].name != KubeletNode || ns[1].name != KubeletSystemNode || ns[1].port != c.BasePort+PortCount+2 || c.portCount() != PortCount+3 {
+		t.Fatalf("kubelet nodes %+v, %d ports", ns, c.portCount())
+	}
+	if ns[1].taint != TaintOperator+"=true:NoSchedule" || strings.Contains(ns[1].labels, farmv1.TaintRig) {
+		t.Errorf("the operator's node: taint %q, labels %q; want %s and no rig label", ns[1].taint, ns[1].labels, TaintOperator)
+	}
+	if c := (Config{Root: t.TempDir(), KubeletSystem: true}); c.defaults() != nil || len(c.kubeletNodes()) != 1 || c.portCount() != PortCount+1 {
+		t.Errorf("the operator's node alone: %+v", c.kubeletNodes())
+	}
+	f, err := writeNodeFiles(nodeFiles{Dir: filepath.Join(t.TempDir(), KubeletSystemNode), Taint: ns[1].taint, Port: ns[1].port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(f.kubelet); !strings.Contains(string(b), "- {key: "+TaintOperator+`, value: "true", effect: NoSchedule}`) {
+		t.Errorf("kubelet.yaml registers other taints:\n%s", b)
+	}
+}
+
 // The kubelet node's files keep everything under its directory and hold
 // what this machine needs: restrict_oom_score_adj, failCgroupV1: false, no
 // host DNS for pods, and a pod network with no gateway, route or masquerade.
 func TestKubeletNodeFiles(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "nodes", KubeletNode)
 	f, err := writeNodeFiles(nodeFiles{Dir: dir, Bins: "/cache/node", Runc: "/usr/sbin/runc", Pause: "127.0.0.1:5000/clawfarm/pause@sha256:ab",
-		Registry: "127.0.0.1:5000", Port: 17413, CA: "/pki/ca.crt", Cert: "/pki/n.crt", Key: "/pki/n.key"})
+		Registry: "127.0.0.1:5000", Port: 17413, Taint: farmv1.TaintRig + "=true:NoSchedule", CA: "/pki/ca.crt", Cert: "/pki/n.crt", Key: "/pki/n.key"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -379,7 +407,7 @@ func TestKubeletNodeFiles(t *testing.T) {
 	kl := read(f.kubelet)
 	for _, want := range []string{"address: 127.0.0.1\n", "port: 17413\n", "readOnlyPort: 0\n", "failCgroupV1: false\n", `resolvConf: ""`,
 		"cgroupRoot: /" + cgroupRootOf(dir) + "\n", "containerRuntimeEndpoint: unix://" + dir + "/containerd.sock\n", `podLogsDir: "` + dir + `/pod-logs"`,
-		"anonymous: {enabled: false}"} {
+		"anonymous: {enabled: false}", "- {key: " + farmv1.TaintRig + `, value: "true", effect: NoSchedule}`} {
 		if !strings.Contains(kl, want) {
 			t.Errorf("kubelet.yaml lacks %q:\n%s", want, kl)
 		}
@@ -392,11 +420,11 @@ func TestKubeletNodeFiles(t *testing.T) {
 // The kubelet node's certificate is a node's alone (the Node authorizer and
 // NodeRestriction hold it); rignode's stay system:masters.
 func TestKubeletNodeIsOnlyANode(t *testing.T) {
-	p, err := EnsurePKI(t.TempDir(), []string{RigNode, KubeletNode})
+	p, err := EnsurePKI(t.TempDir(), []string{RigNode, KubeletNode, KubeletSystemNode})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for node, masters := range map[string]bool{RigNode: true, KubeletNode: false} {
+	for node, masters := range map[string]bool{RigNode: true, KubeletNode: false, KubeletSystemNode: false} {
 		cert, err := readCert(p.File("node-" + node + ".crt"))
 		if err != nil {
 			t.Fatal(err)
@@ -420,5 +448,49 @@ func TestMountinfo(t *testing.T) {
 	}
 	if len(cgroupHierarchies()) == 0 {
 		t.Error("no cgroup hierarchy mounted")
+	}
+}
+
+// The demo's place table names each of the operator's pods with its node's
+// runtime, and nothing that is not the operator's.
+func TestPlaceTable(t *testing.T) {
+	pod := func(ns, name, node string, labels map[string]string) corev1.Pod {
+		p := corev1.Pod{}
+		p.Namespace, p.Name, p.Labels, p.Spec.NodeName, p.Status.Phase = ns, name, labels, node, corev1.PodRunning
+		return p
+	}
+	node := func(name, runtime string) corev1.Node {
+		n := corev1.Node{}
+		n.Name, n.Status.NodeInfo.ContainerRuntimeVersion = name, runtime
+		return n
+	}
+	table := PlaceTable([]corev1.Pod{
+		pod(OperatorNamespace, "clawfarm-manager-1", KubeletSystemNode, nil),
+		pod(RunNamespace, "order-coffee-a1", KubeletNode, map[string]string{farmv1.LabelRun: "order-coffee"}),
+		pod(RunNamespace, "ask-ana-x", SystemNode, map[string]string{"batch.kubernetes.io/job-name": "ask-ana"}),
+		pod(RunNamespace, "someone-elses", SystemNode, nil),
+		pod(OperatorNamespace, "pending", "", nil),
+	}, []corev1.Node{node(KubeletSystemNode, "containerd://2.4.2"), node(KubeletNode, "containerd://2.4.2"), node(SystemNode, "rignode://v0")})
+	lines := strings.Split(strings.TrimSpace(table), "\n")
+	if len(lines) != 5 || !strings.HasPrefix(lines[0], "POD") {
+		t.Fatalf("table:\n%s", table)
+	}
+	for _, want := range [][]string{
+		{OperatorNamespace + "/clawfarm-manager-1", KubeletSystemNode, "containerd://2.4.2"},
+		{OperatorNamespace + "/pending", "-", "-"},
+		{RunNamespace + "/ask-ana-x", SystemNode, "rignode://v0"},
+		{RunNamespace + "/order-coffee-a1", KubeletNode, "containerd://2.4.2"},
+	} {
+		found := false
+		for _, l := range lines[1:] {
+			f := strings.Fields(l)
+			found = found || (f[0] == want[0] && f[1] == want[1] && f[2] == want[2])
+		}
+		if !found {
+			t.Errorf("no row %v in\n%s", want, table)
+		}
+	}
+	if strings.Contains(table, "someone-elses") {
+		t.Errorf("a pod that is not the operator's is listed:\n%s", table)
 	}
 }

@@ -18,8 +18,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 )
 
 // The kubelet node is a real node: kubelet v1.37 (hack/build-k8s.sh),
@@ -29,17 +27,18 @@ import (
 // writes stays under <dir>/nodes/<node>/, but for what a kubelet and runc
 // put in fixed places — /var/log/containers, /var/lib/kubelet/device-plugins,
 // the shims' sockets under /run/containerd/s, its cgroups — which Down
-// removes (stopKubeletNode). docs/dev-cluster.md, "The kubelet node".
+// removes (stopKubeletNode). docs/dev-cluster.md, "The kubelet nodes".
 
-// kubeletNodeDir is where the node keeps its files.
-func (c *Cluster) kubeletNodeDir() string { return filepath.Join(c.Dir, "nodes", KubeletNode) }
+// nodeDir is where a kubelet node keeps its files.
+func (c *Cluster) nodeDir(node string) string { return filepath.Join(c.Dir, "nodes", node) }
 
 // SandboxImage is the kubelet node's sandbox (pause) image, by digest in
 // the cluster's registry.
 func (c *Cluster) SandboxImage() string { return c.Image("pause") }
 
-// ContainerPID is the host pid of a running container of the kubelet node
-// (its pod status's containerID, containerd://<id>), as runc reports it.
+// ContainerPID is the host pid of a running container of one of the
+// cluster's kubelet nodes (its pod status's containerID,
+// containerd://<id>), as runc reports it.
 func (c *Cluster) ContainerPID(ctx context.Context, containerID string) (int, error) {
 	id, ok := strings.CutPrefix(containerID, "containerd://")
 	if !ok {
@@ -49,7 +48,12 @@ func (c *Cluster) ContainerPID(ctx context.Context, containerID string) (int, er
 	if err != nil {
 		return 0, err
 	}
-	out, err := exec.CommandContext(ctx, runc, "--root", runcRoot(c.kubeletNodeDir()), "state", id).Output()
+	var out []byte
+	for _, n := range c.kubeletNodes() {
+		if out, err = exec.CommandContext(ctx, runc, "--root", runcRoot(c.nodeDir(n.name)), "state", id).Output(); err == nil {
+			break
+		}
+	}
 	if err != nil {
 		return 0, fmt.Errorf("runc state %s: %w", id, err)
 	}
@@ -82,12 +86,9 @@ func cgroupRootOf(nodeDir string) string { return "clawfarm-" + nodeTag(nodeDir)
 // bridgeOf is the pod bridge's name (at most 15 bytes, the kernel's limit).
 func bridgeOf(nodeDir string) string { return "cf" + nodeTag(nodeDir) }
 
-// startKubeletNode builds what is missing, pushes the sandbox image and
-// starts containerd and the kubelet, joined with the node's own client
-// certificate (the Node authorizer and NodeRestriction apply to it), then
-// gives the node its address — the dev cluster acts as its cloud provider —
-// and waits for it to be Ready.
-func (c *Cluster) startKubeletNode(ctx context.Context) error {
+// startKubeletNodes builds what is missing, pushes the sandbox image and
+// starts each kubelet node.
+func (c *Cluster) startKubeletNodes(ctx context.Context) error {
 	bins, err := c.hackTool(ctx, "build-node.sh")
 	if err != nil {
 		return err
@@ -107,11 +108,24 @@ func (c *Cluster) startKubeletNode(ctx context.Context) error {
 	c.mu.Lock()
 	c.images["pause"] = pause
 	c.mu.Unlock()
-	dir := c.kubeletNodeDir()
+	for _, n := range c.kubeletNodes() {
+		if err := c.startKubeletNode(ctx, n, kubelet, bins, runc, pause); err != nil {
+			return fmt.Errorf("%s: %w", n.name, err)
+		}
+	}
+	return nil
+}
+
+// startKubeletNode starts a node's containerd and kubelet, joined with the
+// node's own client certificate (the Node authorizer and NodeRestriction
+// apply to it), then gives the node its address — the dev cluster acts as
+// its cloud provider — and waits for it to be Ready.
+func (c *Cluster) startKubeletNode(ctx context.Context, n node, kubelet, bins, runc, pause string) error {
+	dir := c.nodeDir(n.name)
 	files, err := writeNodeFiles(nodeFiles{
 		Dir: dir, Bins: bins, Runc: runc, Pause: pause, Registry: c.RegistryHost(),
-		Port: c.kubeletPort(), CA: c.pki.File("ca.crt"),
-		Cert: c.pki.File("node-" + KubeletNode + ".crt"), Key: c.pki.File("node-" + KubeletNode + ".key"),
+		Port: n.port, Taint: n.taint, CA: c.pki.File("ca.crt"),
+		Cert: c.pki.File("node-" + n.name + ".crt"), Key: c.pki.File("node-" + n.name + ".key"),
 	})
 	if err != nil {
 		return err
@@ -122,7 +136,7 @@ func (c *Cluster) startKubeletNode(ctx context.Context) error {
 			return fmt.Errorf("the node's cgroup root: %w", err)
 		}
 	}
-	ctrd, err := c.run("containerd-"+KubeletNode, filepath.Join(bins, "containerd"), []string{"--config=" + files.containerd},
+	ctrd, err := c.run("containerd-"+n.name, filepath.Join(bins, "containerd"), []string{"--config=" + files.containerd},
 		[]string{"PATH=" + bins + ":" + os.Getenv("PATH")})
 	if err != nil {
 		return err
@@ -136,13 +150,13 @@ func (c *Cluster) startKubeletNode(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	kl, err := c.run("kubelet-"+KubeletNode, kubelet, []string{
-		"--config=" + files.kubelet, "--kubeconfig=" + c.kubeconfigOf("node-"+KubeletNode),
-		"--root-dir=" + filepath.Join(dir, "kubelet"), "--hostname-override=" + KubeletNode,
+	kl, err := c.run("kubelet-"+n.name, kubelet, []string{
+		"--config=" + files.kubelet, "--kubeconfig=" + c.kubeconfigOf("node-"+n.name),
+		"--root-dir=" + filepath.Join(dir, "kubelet"), "--hostname-override=" + n.name,
 		// --node-ip refuses a loopback address: the node's address is set
 		// below, as a cloud provider would.
 		"--cloud-provider=external",
-		"--node-labels=" + farmv1.TaintRig + "=true,farm.clawfarm.dev/dev-node=kubelet",
+		"--node-labels=" + n.labels,
 		"--v=1",
 	}, nil)
 	if err != nil {
@@ -150,20 +164,20 @@ func (c *Cluster) startKubeletNode(ctx context.Context) error {
 	}
 	watch := []*Proc{ctrd, kl}
 	var node corev1.Node
-	if err := waitFor(ctx, "the kubelet node registered", time.Minute, watch, func() error {
-		return c.Client.Get(ctx, client.ObjectKey{Name: KubeletNode}, &node)
+	if err := waitFor(ctx, "the node registered", time.Minute, watch, func() error {
+		return c.Client.Get(ctx, client.ObjectKey{Name: n.name}, &node)
 	}); err != nil {
 		return err
 	}
-	if err := c.initializeNode(ctx, KubeletNode); err != nil {
+	if err := c.initializeNode(ctx, n.name); err != nil {
 		return err
 	}
-	return waitFor(ctx, "the kubelet node Ready", time.Minute, watch, func() error {
-		if err := c.Client.Get(ctx, client.ObjectKey{Name: KubeletNode}, &node); err != nil {
+	return waitFor(ctx, "the node Ready", time.Minute, watch, func() error {
+		if err := c.Client.Get(ctx, client.ObjectKey{Name: n.name}, &node); err != nil {
 			return err
 		}
 		if !nodeReady(&node) {
-			return fmt.Errorf("node %s is not Ready", KubeletNode)
+			return fmt.Errorf("node %s is not Ready", n.name)
 		}
 		return nil
 	})
@@ -199,7 +213,9 @@ func (c *Cluster) initializeNode(ctx context.Context, name string) error {
 type nodeFiles struct {
 	Dir, Bins, Runc, Pause, Registry string
 	Port                             int
-	CA, Cert, Key                    string
+	// Taint is the one taint the node registers with, key=value:Effect.
+	Taint         string
+	CA, Cert, Key string
 	// Written: the files' paths.
 	containerd, kubelet, socket string
 }
@@ -296,6 +312,8 @@ func cniConfig(nodeDir string) string {
 // false), no DNS of the host's for pods, eviction only when the disk is
 // nearly full, and the pods' logs under the node's directory.
 func kubeletConfig(f nodeFiles, cgroupRoot string) string {
+	key, rest, _ := strings.Cut(f.Taint, "=")
+	value, effect, _ := strings.Cut(rest, ":")
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 address: 127.0.0.1
@@ -322,8 +340,8 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: 100Mi, nodefs.available: 1%%, imagefs.available: 1%%, nodefs.inodesFree: 1%%}
 registerWithTaints:
-- {key: %s, value: "true", effect: NoSchedule}
-`, f.Port, f.CA, f.Cert, f.Key, f.socket, cgroupRoot, filepath.Join(f.Dir, "pod-logs"), farmv1.TaintRig)
+- {key: %s, value: %q, effect: %s}
+`, f.Port, f.CA, f.Cert, f.Key, f.socket, cgroupRoot, filepath.Join(f.Dir, "pod-logs"), key, value, effect)
 }
 
 // mountinfo is /proc/self/mountinfo, each line split into its fields.
@@ -531,11 +549,17 @@ func linksInto(dir, target string) []string {
 	return out
 }
 
-// KubeletLeftovers says what the kubelet node of the cluster in dir left
-// after Down: nothing, when it cleaned up as it should.
+// KubeletLeftovers says what the kubelet nodes of the cluster in dir left
+// after Down: nothing, when they cleaned up as they should.
 func KubeletLeftovers(dir string) []string {
 	runc, _ := exec.LookPath("runc")
-	return nodeLeftovers(filepath.Join(dir, "nodes", KubeletNode), runc)
+	var out []string
+	for _, n := range []string{KubeletNode, KubeletSystemNode} {
+		for _, l := range nodeLeftovers(filepath.Join(dir, "nodes", n), runc) {
+			out = append(out, n+": "+l)
+		}
+	}
+	return out
 }
 
 // nodeLeftovers says what of a stopped kubelet node is still there: its

@@ -131,8 +131,8 @@ func (c *Cluster) waitAdmission(ctx context.Context) error {
 	})
 }
 
-// TraceServerURL is the trace server's address: its pod shares the system
-// node's network, on loopback.
+// TraceServerURL is the trace server's address: its pod shares the
+// network of its node, SystemNode or KubeletSystemNode, on loopback.
 func (c *Cluster) TraceServerURL() string {
 	return fmt.Sprintf("http://127.0.0.1:%d", c.Ports().TraceServer)
 }
@@ -165,9 +165,9 @@ func (c *Cluster) renderChart(ctx context.Context) (string, error) {
 		"--set", "manager.rigProbeInterval=" + c.RigProbeInterval.String(),
 		"--set", "runs.namespaces={" + RunNamespace + "}",
 		"--set", "runs.podStartupTimeout=2m",
-		// No kube-proxy: host-network loop pods on the kubelet node reach
-		// the API server where it listens.
-		"--set", fmt.Sprintf("runs.loopPod.apiServer=127.0.0.1:%d", p.APIServer),
+		// No kube-proxy: the operator's host-network pods on kubelet nodes
+		// reach the API server where it listens.
+		"--set", fmt.Sprintf("apiServer=127.0.0.1:%d", p.APIServer),
 		"--set", "runs.nodeLostGrace=2m",
 	}
 	// The admission policies (docs/security.md), told what a dev cluster is
@@ -186,6 +186,17 @@ func (c *Cluster) renderChart(ctx context.Context) (string, error) {
 	setJSON("admission.model.baseURLPrefixes", urls)
 	setJSON("admission.pods.imagePrefixes", []string{c.RegistryHost() + "/", ForeignImagePrefix})
 	setJSON("admission.rigs.hostPathPrefix", filepath.Join(c.Dir, "rigs")+"/")
+	// On KubeletSystemNode the manager and the trace server are containers
+	// in the node's network namespace: there is no pod network here that
+	// reaches the host's loopback, where the API server, the rigs and
+	// modelsim listen (docs/dev-cluster.md, "The kubelet nodes").
+	if c.KubeletSystem {
+		for _, part := range []string{"manager", "server"} {
+			args = append(args, "--set", part+".hostNetwork=true")
+			setJSON(part+".nodeSelector", map[string]string{"farm.clawfarm.dev/dev-node": "kubelet-system"})
+			setJSON(part+".tolerations", []corev1.Toleration{{Key: TaintOperator, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}})
+		}
+	}
 	cmd := exec.CommandContext(ctx, helm, args...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
@@ -261,7 +272,11 @@ func (c *Cluster) StartHostManager(ctx context.Context) error {
 }
 
 func (c *Cluster) waitManagerPod(ctx context.Context) error {
-	return waitFor(ctx, "the manager pod Running", 2*time.Minute, c.procsNamed("rignode-"+SystemNode), func() error {
+	watch := c.procsNamed("rignode-" + SystemNode)
+	if c.KubeletSystem {
+		watch = c.procsNamed("kubelet-"+KubeletSystemNode, "containerd-"+KubeletSystemNode)
+	}
+	return waitFor(ctx, "the manager pod Running", 2*time.Minute, watch, func() error {
 		var pods corev1.PodList
 		sel, _ := labelSelector(ManagerLabel)
 		if err := c.Client.List(ctx, &pods, client.InNamespace(OperatorNamespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {

@@ -60,7 +60,7 @@ func identities(nodes []string) []identity {
 	}
 	for _, n := range nodes {
 		orgs := []string{"system:nodes", "system:masters"}
-		if n == KubeletNode {
+		if isKubeletNode(n) {
 			// A real kubelet is only a node: the Node authorizer and
 			// NodeRestriction hold it to its own node and pods.
 			orgs = []string{"system:nodes"}
