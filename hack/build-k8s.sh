@@ -94,13 +94,25 @@ build_k8s() {
     ld="$ld -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
     ld="$ld -X $pkg.gitCommit=$commit -X $pkg.gitTreeState=clean -X $pkg.buildDate=$build_date"
   done
+  local cmds=() pkgs=()
   for c in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet; do
     [ -x "$OUT/$c" ] && continue
-    log "go build $c (this is the slow part)"
-    go build -trimpath -ldflags "$ld" -o "$OUT/.$c.tmp" "k8s.io/kubernetes/cmd/$c"
-    mv "$OUT/.$c.tmp" "$OUT/$c"
+    cmds+=("$c")
+    pkgs+=("k8s.io/kubernetes/cmd/$c")
+  done
+  [ ${#cmds[@]} -eq 0 ] && return
+  # One go build for all of them: while one binary links (on one core),
+  # the other core compiles the next one's packages.
+  log "go build ${cmds[*]} (this is the slow part)"
+  local tmp="$OUT/.build.$$"
+  rm -rf "$tmp"
+  mkdir -p "$tmp"
+  go build -trimpath -ldflags "$ld" -o "$tmp/" "${pkgs[@]}"
+  for c in "${cmds[@]}"; do
+    mv "$tmp/$c" "$OUT/$c"
     log "built $OUT/$c"
   done
+  rmdir "$tmp"
 }
 
 # --- etcd -----------------------------------------------------------------
