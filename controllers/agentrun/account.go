@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -61,22 +62,62 @@ func (r *Reconciler) modelAccountOf(ctx context.Context, run *farmv1.AgentRun) (
 	case err != nil:
 		return a, fmt.Errorf("read the model key Secret %s: %w", ref.Name, err)
 	}
+	return accountFrom(ref.Name, meta), nil
+}
+
+// accountFrom reads the cap of the model account whose key Secret is
+// secret from the Secret's metadata.
+func accountFrom(secret string, meta *metav1.PartialObjectMetadata) modelAccount {
+	a := modelAccount{secret: secret}
 	if meta.Labels[admission.LabelModelKey] != "true" {
-		return a, nil
+		return a
 	}
 	v, ok := meta.Annotations[farmv1.AnnotationMaxSessions]
 	if !ok {
-		return a, nil
+		return a
 	}
 	n, err := strconv.Atoi(strings.TrimSpace(v))
 	if err != nil || n < 1 {
 		a.invalid = fmt.Sprintf("waiting for model account %s: its annotation %s=%q is not a positive integer; "+
 			"a rig administrator sets it to how many sessions the key may have at once, or removes it",
-			ref.Name, farmv1.AnnotationMaxSessions, v)
-		return a, nil
+			secret, farmv1.AnnotationMaxSessions, v)
+		return a
 	}
 	a.cap = n
-	return a, nil
+	return a
+}
+
+// ensureSlot makes sure a run of a capped model account holds a slot
+// before its attempt pod is made: one the cache shows, else one it takes
+// now. A run may hold a rig without one — its key Secret, or its cap,
+// appeared after it took the rig — and then only a free slot lets its pod
+// be made; without one the rig goes back and the run waits for its account.
+func (r *Reconciler) ensureSlot(ctx context.Context, run *farmv1.AgentRun, w world, a modelAccount) (decision, bool, error) {
+	if !a.capped() {
+		return decision{}, true, nil
+	}
+	h := lease.HolderOf(run)
+	held, err := lease.SlotsOf(ctx, r.Client, h)
+	if err != nil {
+		return decision{}, false, err
+	}
+	for i := range held {
+		if held[i].Annotations[farmv1.AnnotationModelAccount] == a.secret {
+			return decision{}, true, nil
+		}
+	}
+	slot := ""
+	if a.invalid == "" {
+		if slot, _, err = lease.TakeSlot(ctx, r.Client, r.APIReader, a.secret, a.cap, h); err != nil || slot != "" {
+			return decision{}, slot != "", err
+		}
+	}
+	released, err := r.releaseRig(ctx, run, w)
+	if err != nil || !released {
+		return wakeAt(retryRelease(w, released)), false, err
+	}
+	r.accountBusy(ctx, run, a, accountTurn{inUse: a.cap, place: 1})
+	return wakeAt(w.now.Add(time.Minute)), false, nil
 }
 
 // accountTurn is where a run stands in its model account's queue.

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -61,6 +62,16 @@ func (g *gate) open(run string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.end[run] = true
+}
+
+// waitSession waits until the run is Running and its attempt's process
+// has started (the pod is Running): the ledger then holds its session.
+func waitSession(t *testing.T, ns, run string) {
+	t.Helper()
+	waitPhase(t, ns, run, farmv1.RunRunning)
+	eventually(t, run+"'s pod Running", func() bool {
+		return slices.ContainsFunc(podsOf(t, ns, run), func(p corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	})
 }
 
 // mostAtOnce is the most processes the ledger shows live at one moment on
@@ -135,8 +146,8 @@ func TestModelAccountCapsSessionsFIFO(t *testing.T) {
 		scripts.set(ns, name(i), g.script(name(i)))
 		create(t, withKey(newRun(ns, name(i), fmt.Sprintf("rig-%d", i)), "acct-key"))
 	}
-	waitPhase(t, ns, "r0", farmv1.RunRunning)
-	waitPhase(t, ns, "r1", farmv1.RunRunning)
+	waitSession(t, ns, "r0")
+	waitSession(t, ns, "r1")
 	busy := regexp.MustCompile(`^waiting for model account acct-key: [0-2] of 2 sessions in use, place [1-4] in queue$`)
 	for i := 2; i < n; i++ {
 		run := waitRun(t, ns, name(i), func(r *farmv1.AgentRun) bool {
@@ -182,7 +193,7 @@ func TestModelAccountCapsSessionsFIFO(t *testing.T) {
 		g.open(name(i))
 		waitPhase(t, ns, name(i), farmv1.RunSucceeded)
 		if next := i + 2; next < n {
-			waitPhase(t, ns, name(next), farmv1.RunRunning)
+			waitSession(t, ns, name(next))
 			for j := next + 1; j < n; j++ {
 				if pods := podsOf(t, ns, name(j)); len(pods) != 0 {
 					t.Fatalf("%s has a pod once %s ended, before the older %s's turn", name(j), name(i), name(next+1))
@@ -245,7 +256,7 @@ func TestModelAccountCountsACollectedSessionOnce(t *testing.T) {
 	makeRig(t, ns, "rig-b", nil)
 	first := gated(ns, "first", ends(contract.Done, true, "first done", 0))
 	create(t, withKey(newRun(ns, "first", "rig-b"), "one-key"))
-	waitPhase(t, ns, "first", farmv1.RunRunning)
+	waitSession(t, ns, "first")
 	// Created in name order: c0 is the oldest (creation times have whole
 	// seconds, and a tie goes by name), the account's next run.
 	for _, name := range []string{"c0", "c1", "c2"} {
@@ -283,7 +294,7 @@ func TestModelAccountCapHoldsAcrossRestart(t *testing.T) {
 	makeRig(t, ns, "rig-b", nil)
 	holder := gated(ns, "r1-holder", ends(contract.Done, true, "done", 0))
 	create(t, withKey(newRun(ns, "r1-holder", "rig-a"), "restart-key"))
-	waitPhase(t, ns, "r1-holder", farmv1.RunRunning)
+	waitSession(t, ns, "r1-holder")
 	create(t, withKey(newRun(ns, "r2-waiter", "rig-b"), "restart-key"))
 	waitRun(t, ns, "r2-waiter", func(r *farmv1.AgentRun) bool {
 		c := condition(r, farmv1.ConditionRigLeased)
@@ -325,7 +336,7 @@ func TestModelAccountRigIsNotHandedOverWithoutASlot(t *testing.T) {
 	}
 	a := gated(ns, "a", ends(contract.Done, true, "a done", 0))
 	create(t, withKey(newRun(ns, "a", "rig-a"), "pair-key"))
-	waitPhase(t, ns, "a", farmv1.RunRunning)
+	waitSession(t, ns, "a")
 	// b has its account's turn (a slot is free) but not its rig: it waits
 	// for rig-a, holding no slot.
 	b := gated(ns, "b", ends(contract.Done, true, "b done", 0))
@@ -336,7 +347,7 @@ func TestModelAccountRigIsNotHandedOverWithoutASlot(t *testing.T) {
 	})
 	c := gated(ns, "c", ends(contract.Done, true, "c done", 0))
 	create(t, withKey(newRun(ns, "c", "rig-b"), "pair-key"))
-	waitPhase(t, ns, "c", farmv1.RunRunning)
+	waitSession(t, ns, "c")
 	create(t, withKey(newRun(ns, "d", "rig-c"), "pair-key"))
 	waitRun(t, ns, "d", func(r *farmv1.AgentRun) bool {
 		c := condition(r, farmv1.ConditionRigLeased)
@@ -344,7 +355,7 @@ func TestModelAccountRigIsNotHandedOverWithoutASlot(t *testing.T) {
 	})
 	a.Store(true) // rig-a's next run is b; the account stays full with b and c
 	waitPhase(t, ns, "a", farmv1.RunSucceeded)
-	waitPhase(t, ns, "b", farmv1.RunRunning)
+	waitSession(t, ns, "b")
 	eventually(t, "b holds the slot a held, c the other", func() bool {
 		return slices.Equal(slotHolders(t, ns), []string{"b", "c"})
 	})
@@ -359,5 +370,52 @@ func TestModelAccountRigIsNotHandedOverWithoutASlot(t *testing.T) {
 	waitPhase(t, ns, "d", farmv1.RunSucceeded)
 	if most := mostAtOnce(ns); most != 2 {
 		t.Errorf("at most %d sessions at once, want 2", most)
+	}
+}
+
+// Runs that took their rigs before their key Secret existed hold no
+// slot: when the Secret appears capped at 1, only one of them gets a pod;
+// the other gives its rig back and waits for the account, and starts once
+// the first session ended.
+func TestModelAccountKeyThatAppearsCapped(t *testing.T) {
+	t.Parallel()
+	ns := namespace(t)
+	makeRig(t, ns, "rig-a", nil)
+	makeRig(t, ns, "rig-b", nil)
+	gates := map[string]*atomic.Bool{}
+	for _, name := range []string{"a", "b"} {
+		gates[name] = gated(ns, name, ends(contract.Done, true, name+" done", 0))
+		create(t, withKey(newRun(ns, name, "rig-"+name), "late-key"))
+	}
+	for _, name := range []string{"a", "b"} {
+		waitRun(t, ns, name, func(r *farmv1.AgentRun) bool {
+			c := condition(r, farmv1.ConditionModelKey)
+			return c != nil && c.Reason == farmv1.ReasonModelKeyMissing && leaseHolder(t, ns, "rig-"+name) == name
+		})
+	}
+	makeAccount(t, ns, "late-key", 1)
+	var running, waiting string
+	eventually(t, "one run Running, the other waiting for the account", func() bool {
+		a, b := getRun(t, ns, "a"), getRun(t, ns, "b")
+		for _, p := range [][2]*farmv1.AgentRun{{a, b}, {b, a}} {
+			c := condition(p[1], farmv1.ConditionRigLeased)
+			if p[0].Status.Phase == farmv1.RunRunning && c != nil && c.Reason == farmv1.ReasonModelAccountBusy {
+				running, waiting = p[0].Name, p[1].Name
+				return true
+			}
+		}
+		return false
+	})
+	if n := len(podsOf(t, ns, waiting)); n != 0 {
+		t.Fatalf("%s has %d pods while %s holds the account's one slot", waiting, n, running)
+	}
+	eventually(t, "the waiting run's rig given back", func() bool { return leaseHolder(t, ns, "rig-"+waiting) == "" })
+	gates[running].Store(true)
+	waitPhase(t, ns, running, farmv1.RunSucceeded)
+	waitSession(t, ns, waiting)
+	gates[waiting].Store(true)
+	waitPhase(t, ns, waiting, farmv1.RunSucceeded)
+	if most := mostAtOnce(ns); most != 1 {
+		t.Errorf("at most %d sessions at once, want 1", most)
 	}
 }

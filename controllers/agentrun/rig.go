@@ -50,8 +50,12 @@ func (r *Reconciler) acquire(ctx context.Context, run *farmv1.AgentRun, w world,
 	if t := run.Spec.Limits.QueueTimeout(); t > 0 {
 		deadline := st.QueuedAt.Add(time.Duration(t) * time.Second)
 		if !w.now.Before(deadline) {
+			what := "no rig became free"
+			if accountBlocked(run) && run.Spec.Model.APIKeySecretRef != nil {
+				what = "no session of model account " + run.Spec.Model.APIKeySecretRef.Name + " became free"
+			}
 			r.finishWith(ctx, run, w.now, farmv1.RunFailed, farmv1.ReasonQueueTimeout,
-				fmt.Sprintf("no rig became free within limits.queueTimeoutSeconds (%ds)", t))
+				fmt.Sprintf("%s within limits.queueTimeoutSeconds (%ds)", what, t))
 			return res, nil
 		}
 		res.wake = deadline
