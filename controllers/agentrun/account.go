@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -43,26 +44,83 @@ type modelAccount struct {
 func (a modelAccount) capped() bool { return a.secret != "" && (a.cap > 0 || a.invalid != "") }
 
 // modelAccountOf reads the cap of the run's model account: the metadata of
-// its key Secret, around the cache (the manager keeps no Secrets). A Secret
-// that does not exist, or is not labelled a model key, caps nothing here:
-// the run waits for it, or fails, when its pod is about to be made
-// (modelkey.go).
+// its key Secret, around the cache (the manager keeps no Secrets), as read
+// within capFresh. A Secret that does not exist, or is not labelled a model
+// key, caps nothing here: the run waits for it, or fails, when its pod is
+// about to be made (modelkey.go), which reads the cap afresh (ensureSlot).
 func (r *Reconciler) modelAccountOf(ctx context.Context, run *farmv1.AgentRun) (modelAccount, error) {
 	ref := run.Spec.Model.APIKeySecretRef
 	if ref == nil {
 		return modelAccount{}, nil
 	}
-	a := modelAccount{secret: ref.Name}
+	key := types.NamespacedName{Namespace: run.Namespace, Name: ref.Name}
+	now := r.now()
+	if a, ok := r.caps.get(key, now); ok {
+		return a, nil
+	}
+	a, err := r.readAccount(ctx, key)
+	if err == nil {
+		r.caps.put(key, a, now)
+	}
+	return a, err
+}
+
+// readAccount reads the cap of the account of key Secret key.
+func (r *Reconciler) readAccount(ctx context.Context, key types.NamespacedName) (modelAccount, error) {
+	a := modelAccount{secret: key.Name}
 	meta := &metav1.PartialObjectMetadata{}
 	meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
-	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: ref.Name}, meta)
+	err := r.APIReader.Get(ctx, key, meta)
 	switch {
 	case apierrors.IsNotFound(err):
 		return a, nil
 	case err != nil:
-		return a, fmt.Errorf("read the model key Secret %s: %w", ref.Name, err)
+		return a, fmt.Errorf("read the model key Secret %s: %w", key.Name, err)
 	}
-	return accountFrom(ref.Name, meta), nil
+	return accountFrom(key.Name, meta), nil
+}
+
+// capFresh is how long a key Secret's cap, once read, decides a waiting
+// run's turn: a farm's waiting runs look at their turn about once a minute
+// each, and would otherwise each read their Secret from the API server.
+// A changed cap is seen within it; a pod is made only with the cap read
+// then (ensureSlot).
+const capFresh = 5 * time.Second
+
+// capBook remembers each key Secret's cap for capFresh. It holds settings,
+// never a count: the sessions are the slot Leases.
+type capBook struct {
+	mu sync.Mutex
+	m  map[types.NamespacedName]capEntry
+}
+
+type capEntry struct {
+	a  modelAccount
+	at time.Time
+}
+
+func (b *capBook) get(key types.NamespacedName, now time.Time) (modelAccount, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e, ok := b.m[key]
+	if !ok || now.Sub(e.at) >= capFresh || now.Before(e.at) {
+		return modelAccount{}, false
+	}
+	return e.a, true
+}
+
+func (b *capBook) put(key types.NamespacedName, a modelAccount, now time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.m == nil {
+		b.m = map[types.NamespacedName]capEntry{}
+	}
+	for k, e := range b.m { // a farm has a handful of keys; drop the stale ones
+		if now.Sub(e.at) >= capFresh {
+			delete(b.m, k)
+		}
+	}
+	b.m[key] = capEntry{a: a, at: now}
 }
 
 // accountFrom reads the cap of the model account whose key Secret is

@@ -102,3 +102,25 @@ func TestAccountTurnAndTheRigQueue(t *testing.T) {
 		t.Fatalf("b's own read: %v (%v), want rig-b for b", q.given, err)
 	}
 }
+
+// A key Secret's cap, once read, is kept for capFresh, and no longer.
+func TestCapBookKeepsACapForCapFresh(t *testing.T) {
+	t.Parallel()
+	var b capBook
+	key := types.NamespacedName{Namespace: "farm", Name: "key"}
+	at := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	b.put(key, modelAccount{secret: "key", cap: 2}, at)
+	if a, ok := b.get(key, at.Add(capFresh-time.Millisecond)); !ok || a.cap != 2 {
+		t.Errorf("within capFresh: %+v, %v", a, ok)
+	}
+	if _, ok := b.get(key, at.Add(capFresh)); ok {
+		t.Error("a cap kept past capFresh")
+	}
+	if _, ok := b.get(key, at.Add(-time.Second)); ok {
+		t.Error("a cap read after now (the clock went back) kept")
+	}
+	b.put(types.NamespacedName{Namespace: "farm", Name: "other"}, modelAccount{secret: "other"}, at.Add(capFresh))
+	if len(b.m) != 1 {
+		t.Errorf("stale entries kept: %v", b.m)
+	}
+}

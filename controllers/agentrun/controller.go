@@ -87,6 +87,8 @@ type Reconciler struct {
 	notes notes
 	// selectors are the selectors runs wait with, per namespace (queue.go).
 	selectors selectorBook
+	// caps are the model-key Secrets' caps as last read (account.go).
+	caps capBook
 	// observeStart, when set, replaces the queue-wait and time-to-pod
 	// histograms (tests).
 	observeStart func(queueWait, timeToPod time.Duration)
