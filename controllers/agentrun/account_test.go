@@ -148,7 +148,9 @@ func TestModelAccountCapsSessionsFIFO(t *testing.T) {
 	}
 	waitSession(t, ns, "r0")
 	waitSession(t, ns, "r1")
-	busy := regexp.MustCompile(`^waiting for model account acct-key: [0-2] of 2 sessions in use, place [1-4] in queue$`)
+	// The place is the one the run's reconcile read: r0 and r1 may not show
+	// their slots yet, and then count among the runs ahead.
+	busy := regexp.MustCompile(`^waiting for model account acct-key: [0-2] of 2 sessions in use, place [1-6] in queue$`)
 	for i := 2; i < n; i++ {
 		run := waitRun(t, ns, name(i), func(r *farmv1.AgentRun) bool {
 			c := condition(r, farmv1.ConditionRigLeased)
@@ -324,10 +326,12 @@ func TestModelAccountCapHoldsAcrossRestart(t *testing.T) {
 	}
 }
 
-// A rig is not handed straight to the next run in its queue when that run
-// is of a capped account: handed over, it would start without a slot, and
-// the slot its rig's last session gave back would let one more run in.
-func TestModelAccountRigIsNotHandedOverWithoutASlot(t *testing.T) {
+// The cap holds when a session ends and its rig's next run is of the same
+// full account: that run gets the slot with the rig (passSlot, which
+// TestPassSlotHandsTheSlotWithTheRig pins), or, when it already waits for
+// the account, the rig and the slot go back and whoever's turn it is takes
+// the slot. Either way no more than 2 sessions ever run, and all end.
+func TestModelAccountCapHoldsWhenARigPassesOn(t *testing.T) {
 	t.Parallel()
 	ns := namespace(t)
 	makeAccount(t, ns, "pair-key", 2)
@@ -356,12 +360,6 @@ func TestModelAccountRigIsNotHandedOverWithoutASlot(t *testing.T) {
 	a.Store(true) // rig-a's next run is b; the account stays full with b and c
 	waitPhase(t, ns, "a", farmv1.RunSucceeded)
 	waitSession(t, ns, "b")
-	eventually(t, "b holds the slot a held, c the other", func() bool {
-		return slices.Equal(slotHolders(t, ns), []string{"b", "c"})
-	})
-	if n := len(podsOf(t, ns, "d")); n != 0 {
-		t.Fatalf("d has %d pods while b and c fill the account", n)
-	}
 	if most := mostAtOnce(ns); most > 2 {
 		t.Fatalf("%d sessions at once on a model account capped at 2", most)
 	}

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -122,5 +123,81 @@ func TestCapBookKeepsACapForCapFresh(t *testing.T) {
 	b.put(types.NamespacedName{Namespace: "farm", Name: "other"}, modelAccount{secret: "other"}, at.Add(capFresh))
 	if len(b.m) != 1 {
 		t.Errorf("stale entries kept: %v", b.m)
+	}
+}
+
+// A session's end passes its rig and its slot together to the rig's next
+// run when that run is of the same capped account and its turn has come
+// with the slot counted free; when an older run waits for the account, both
+// go back, and the account's turn is that older run's.
+func TestPassSlotHandsTheSlotWithTheRig(t *testing.T) {
+	t.Parallel()
+	base := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	key := &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "key"}}
+	run := func(name string, age int, rig, reason string) *farmv1.AgentRun {
+		r := &farmv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: "farm", Name: name, UID: types.UID("uid-" + name),
+			CreationTimestamp: metav1.NewTime(base.Add(time.Duration(age) * time.Second))},
+			Spec:   farmv1.AgentRunSpec{RigRef: &farmv1.RigReference{Name: rig}, Model: farmv1.ModelSpec{APIKeySecretRef: key}},
+			Status: farmv1.AgentRunStatus{Phase: farmv1.RunQueued}}
+		if reason != "" {
+			r.Status.Conditions = []metav1.Condition{{Type: farmv1.ConditionRigLeased, Status: metav1.ConditionFalse, Reason: reason}}
+		}
+		return r
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "farm", Name: "key",
+		Labels: map[string]string{"farm.clawfarm.dev/model-key": "true"}, Annotations: map[string]string{farmv1.AnnotationMaxSessions: "2"}}}
+	rigA := &farmv1.DeviceRig{ObjectMeta: metav1.ObjectMeta{Namespace: "farm", Name: "rig-a"}, Status: farmv1.DeviceRigStatus{Phase: farmv1.RigInUse}}
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name      string
+		olderWait bool // a run older than b waits for the account
+		want      string
+	}{
+		{"b's turn", false, "uid-b"},
+		{"an older run's turn", true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := run("a", 0, "rig-a", "")
+			a.Status.Phase = farmv1.RunSucceeded
+			b := run("b", 3, "rig-a", farmv1.ReasonRigBusy) // had its turn; waits for rig-a
+			c := run("c", 4, "rig-c", "")
+			c.Status.Phase = farmv1.RunRunning
+			objs := []client.Object{secret, rigA, a, b, c, run("d", 5, "rig-d", farmv1.ReasonModelAccountBusy)}
+			if tc.olderWait {
+				objs = append(objs, run("x", 1, "rig-x", farmv1.ReasonModelAccountBusy))
+			}
+			r := newAccountReconciler(t, objs...)
+			r.Recorder = events.NewFakeRecorder(10)
+			for _, h := range []*farmv1.AgentRun{a, c} {
+				if slot, _, err := lease.TakeSlot(ctx, r.Client, r.Client, "key", 2, lease.HolderOf(h)); err != nil || slot == "" {
+					t.Fatalf("slot for %s: %q, %v", h.Name, slot, err)
+				}
+			}
+			if res, err := lease.Acquire(ctx, r.Client, "rig-a", lease.HolderOf(a)); err != nil || !res.Acquired {
+				t.Fatal(res, err)
+			}
+			released, err := r.releaseRig(ctx, a, world{held: "rig-a", rig: rigA})
+			if err != nil || !released {
+				t.Fatalf("releaseRig: %v, %v", released, err)
+			}
+			rig, err := lease.Get(ctx, r.Client, "farm", "rig-a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			slot, err := lease.Get(ctx, r.Client, "farm", lease.SlotName("key", 0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rigHolder, slotHolder := "", ""
+			if rig != nil {
+				rigHolder = *rig.Spec.HolderIdentity
+			}
+			if slot != nil {
+				slotHolder = lease.SlotHolder(slot)
+			}
+			if rigHolder != tc.want || slotHolder != tc.want {
+				t.Errorf("rig-a held by %q, a's slot by %q; want both %q", rigHolder, slotHolder, tc.want)
+			}
+		})
 	}
 }
