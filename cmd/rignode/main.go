@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -80,7 +81,7 @@ func run(ctx context.Context, args []string) int {
 		level = slog.LevelDebug
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	vklog.L = vkslog.FromSlog(logger)
+	setVKLogger(logger)
 	fail := func(code int, f string, a ...any) int {
 		fmt.Fprintf(os.Stderr, "rignode: "+f+"\n", a...)
 		return code
@@ -242,4 +243,14 @@ func keepUnused(n int) int {
 		return -1
 	}
 	return n
+}
+
+// vkLoggerOnce guards virtual-kubelet's package-level logger: its
+// controllers read vklog.L from their own goroutines, so it is set once per
+// process, before the first of them starts (the tests run rignode several
+// times in one process, concurrently).
+var vkLoggerOnce sync.Once
+
+func setVKLogger(l *slog.Logger) {
+	vkLoggerOnce.Do(func() { vklog.L = vkslog.FromSlog(l) })
 }
