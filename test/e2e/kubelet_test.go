@@ -92,8 +92,13 @@ func TestKubeletNodeRunsTheLoopAsAContainer(t *testing.T) {
 // runs: the container goes on (its shim holds it), the phone stays held by
 // the run, and the run ends DONE on its first attempt, from the same
 // container — not a retry.
+//
+// It runs before the parallel tests, alone on the node: a container of
+// another test that exits while containerd is down loses its exit code
+// (the kubelet reports 255 and the pod Unknown; the operator still reads
+// the sentinel from the termination message), which those tests' exact
+// exit codes would not survive.
 func TestKubeletAndContainerdRestartMidRun(t *testing.T) {
-	t.Parallel()
 	// Taps of 10 s: the session lasts about 40 s, past both restarts.
 	setFaults(t, rigKubeletRestart, `{"latency": {"tap": "200s", "peek": "60s"}}`)
 	defer clearFaults(t, rigKubeletRestart)
