@@ -76,7 +76,11 @@ type ModelSpec struct {
 	API ModelAPI `json:"api,omitempty"`
 
 	// APIKeySecretRef is the Secret key holding the API key. The key reaches the
-	// loop as an environment variable only.
+	// loop as an environment variable only. The Secret must be labelled
+	// farm.clawfarm.dev/model-key=true; its annotation
+	// farm.clawfarm.dev/max-sessions, when set, caps how many sessions the
+	// runs using it have at once, and the others wait Queued
+	// (ModelAccountBusy).
 	// +optional
 	APIKeySecretRef *corev1.SecretKeySelector `json:"apiKeySecretRef,omitempty"`
 

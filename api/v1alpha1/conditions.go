@@ -99,6 +99,11 @@ const (
 	// ReasonSteerUndelivered: the session a steer run joined ended before
 	// its loop read the run's message; the run queues again as a plain run.
 	ReasonSteerUndelivered = "SteerUndelivered"
+	// ReasonModelAccountBusy: the run's model account (the Secret its
+	// spec.model.apiKeySecretRef names) has as many sessions as its
+	// AnnotationMaxSessions allows; the run waits its turn, FIFO, without
+	// taking a rig (docs/architecture.md, "Model accounts: a cap per key").
+	ReasonModelAccountBusy = "ModelAccountBusy"
 )
 
 // Reasons of the Finished condition besides ReasonWaiting and ReasonCancelled:
@@ -244,6 +249,24 @@ const (
 	AnnotationDescription = "farm.clawfarm.dev/description"
 	// AnnotationExpires is when an agent job's CronJob stops making runs (RFC 3339).
 	AnnotationExpires = "farm.clawfarm.dev/expires"
+)
+
+// A model account's cap (docs/architecture.md, "Model accounts: a cap per key").
+const (
+	// AnnotationMaxSessions, on a model-key Secret, is how many sessions
+	// the runs using that key may have at once, a positive integer; a rig
+	// administrator sets it. Absent: no cap. On a model-account slot Lease
+	// it is the cap the slot was taken under.
+	AnnotationMaxSessions = "farm.clawfarm.dev/max-sessions"
+	// LabelModelAccount, on a model-account slot Lease, is the model-key
+	// Secret the slot is of (its name, or a hash of a name too long for a
+	// label value; AnnotationModelAccount has the name).
+	LabelModelAccount = "farm.clawfarm.dev/model-account"
+	// AnnotationModelAccount, on a model-account slot Lease, is the name of
+	// the model-key Secret.
+	AnnotationModelAccount = "farm.clawfarm.dev/model-account"
+	// KindModelAccountSlot is LabelKind on a model-account slot Lease.
+	KindModelAccountSlot = "model-account-slot"
 )
 
 // Values of LabelKind on what the follow-up machinery creates.

@@ -168,6 +168,9 @@ func (r *Reconciler) startAttempt(ctx context.Context, run *farmv1.AgentRun, w w
 		return r.awaitModelKey(ctx, run, w)
 	}
 	keyFound(run)
+	if d, ok, err := r.ensureSlot(ctx, run, w, key.account); err != nil || !ok {
+		return d, err
+	}
 	policies, why, err := r.toolPolicies(ctx, run)
 	if err != nil {
 		return decision{}, err

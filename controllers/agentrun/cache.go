@@ -17,8 +17,8 @@ import (
 // CacheOptions keeps the manager's cache to what is its own: with
 // namespaces, those only (the run namespaces, --watch-namespaces); and of
 // the pods, Leases and CronJobs there, only the ones the operator labels —
-// attempt pods carry farm.clawfarm.dev/run, rig Leases /rig, its CronJobs
-// /kind. With a shard (--shard, a selector on farm.clawfarm.dev/pool; nil or
+// attempt pods, rig Leases and model-account slot Leases carry
+// farm.clawfarm.dev/run, its CronJobs /kind. With a shard (--shard, a selector on farm.clawfarm.dev/pool; nil or
 // empty: no sharding), only the AgentRuns and DeviceRigs it matches, and of
 // those pods, Leases and CronJobs too only the ones it matches: they carry
 // their run's pool (farmv1.CarryPool), so another shard's objects are never
@@ -41,7 +41,7 @@ func CacheOptions(namespaces []string, shard labels.Selector) cache.Options {
 	}
 	o := cache.Options{ByObject: map[client.Object]cache.ByObject{
 		&corev1.Pod{}:           has(farmv1.LabelRun),
-		&coordinationv1.Lease{}: has(farmv1.LabelRig),
+		&coordinationv1.Lease{}: has(farmv1.LabelRun), // rig Leases and model-account slots
 		&batchv1.CronJob{}:      has(farmv1.LabelKind),
 	}}
 	if shard != nil {

@@ -5,7 +5,8 @@
 // Reconcile (this file) is the run's story; each chapter is a sub-reconciler
 // in a file of its own: observe.go reads the world, record.go records ended
 // attempts and moves the phase, stall.go is the stall watchdog, rig.go takes
-// and gives back rigs (queue.go orders the queue), attempt.go starts attempt
+// and gives back rigs (queue.go orders the queue, account.go a capped model
+// account's turn), attempt.go starts attempt
 // pods, stop.go stops runs and cleans up after them, followup.go schedules
 // WAIT follow-ups and agent jobs, joined.go and steer.go run several runs'
 // triggers in one session, status.go writes the status and counts what it
@@ -86,6 +87,8 @@ type Reconciler struct {
 	notes notes
 	// selectors are the selectors runs wait with, per namespace (queue.go).
 	selectors selectorBook
+	// caps are the model-key Secrets' caps as last read (account.go).
+	caps capBook
 	// observeStart, when set, replaces the queue-wait and time-to-pod
 	// histograms (tests).
 	observeStart func(queueWait, timeToPod time.Duration)

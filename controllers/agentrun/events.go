@@ -23,6 +23,10 @@ func (r recorder) queued(run *farmv1.AgentRun, why string) {
 	r.normal(run, nil, farmv1.ReasonQueued, "Queue", "waiting for a rig: %s", why)
 }
 
+func (r recorder) accountBusy(run *farmv1.AgentRun, why string) {
+	r.normal(run, nil, farmv1.ReasonModelAccountBusy, "Queue", "%s", why)
+}
+
 func (r recorder) rigLeasedAndStarted(run *farmv1.AgentRun, rig *farmv1.DeviceRig, pod *corev1.Pod, attempt, retry int32) {
 	r.normal(run, pod, farmv1.ReasonLeased, "Lease", "leased rig %s on node %s; attempt %d (retry %d): pod %s",
 		rig.Name, rig.Spec.NodeName, attempt, retry, pod.Name)

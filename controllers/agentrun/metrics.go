@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -48,12 +49,17 @@ func init() {
 	metrics.Registry.MustRegister(runsFinished, attemptsEnded, tokensTotal, costTotal, queueWait, timeToPod)
 }
 
-// RunPhaseCollector reports runs by phase and leases held, read from the
-// manager's cache at scrape time so the figures are never stale or drifting.
+// RunPhaseCollector reports runs by phase, leases held, and each capped
+// model account's sessions and queue, read from the manager's cache at
+// scrape time so the figures are never stale or drifting.
 type RunPhaseCollector struct {
 	Reader client.Reader
 	runs   *prometheus.Desc
 	leases *prometheus.Desc
+	// sessions and queued are per model account (its namespace and key
+	// Secret): the slots held, and the runs waiting for one (account.go).
+	sessions *prometheus.Desc
+	queued   *prometheus.Desc
 }
 
 // NewRunPhaseCollector returns a collector reading from r.
@@ -62,11 +68,20 @@ func NewRunPhaseCollector(r client.Reader) *RunPhaseCollector {
 		Reader: r,
 		runs:   prometheus.NewDesc("clawfarm_agentruns", "AgentRuns by phase.", []string{"phase"}, nil),
 		leases: prometheus.NewDesc("clawfarm_rig_leases_held", "Rig leases currently held by AgentRuns.", nil, nil),
+		sessions: prometheus.NewDesc("clawfarm_model_account_sessions",
+			"Sessions a capped model account (its key Secret) has: the slots its runs hold.", []string{"namespace", "secret"}, nil),
+		queued: prometheus.NewDesc("clawfarm_model_account_queued",
+			"AgentRuns waiting for a session of their capped model account (ModelAccountBusy).", []string{"namespace", "secret"}, nil),
 	}
 }
 
 // Describe implements prometheus.Collector.
-func (c *RunPhaseCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.runs; ch <- c.leases }
+func (c *RunPhaseCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.runs
+	ch <- c.leases
+	ch <- c.sessions
+	ch <- c.queued
+}
 
 // Collect implements prometheus.Collector.
 func (c *RunPhaseCollector) Collect(ch chan<- prometheus.Metric) {
@@ -82,7 +97,12 @@ func (c *RunPhaseCollector) Collect(ch chan<- prometheus.Metric) {
 		counts[p] = 0
 	}
 	held := 0
+	type account struct{ namespace, secret string }
+	sessions, queued := map[account]int{}, map[account]int{}
 	for i := range runs.Items {
+		if run := &runs.Items[i]; accountBlocked(run) && run.WaitsForRig() && run.Spec.Model.APIKeySecretRef != nil {
+			queued[account{run.Namespace, run.Spec.Model.APIKeySecretRef.Name}]++
+		}
 		p := runs.Items[i].Status.Phase
 		if p == "" {
 			p = farmv1.RunPending
@@ -96,4 +116,22 @@ func (c *RunPhaseCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.runs, prometheus.GaugeValue, float64(n), string(p))
 	}
 	ch <- prometheus.MustNewConstMetric(c.leases, prometheus.GaugeValue, float64(held))
+	var slots coordinationv1.LeaseList
+	if err := c.Reader.List(ctx, &slots, client.MatchingLabels{farmv1.LabelKind: farmv1.KindModelAccountSlot}); err != nil {
+		return
+	}
+	for i := range slots.Items {
+		if l := &slots.Items[i]; l.DeletionTimestamp == nil {
+			sessions[account{l.Namespace, l.Annotations[farmv1.AnnotationModelAccount]}]++
+		}
+	}
+	for a := range queued {
+		if _, ok := sessions[a]; !ok {
+			sessions[a] = 0 // an account whose runs all wait has no session
+		}
+	}
+	for a, n := range sessions {
+		ch <- prometheus.MustNewConstMetric(c.sessions, prometheus.GaugeValue, float64(n), a.namespace, a.secret)
+		ch <- prometheus.MustNewConstMetric(c.queued, prometheus.GaugeValue, float64(queued[a]), a.namespace, a.secret)
+	}
 }

@@ -24,6 +24,9 @@ type keyCheck struct {
 	refused string
 	// missing: the Secret does not exist (yet).
 	missing bool
+	// account is the run's model account, its cap read from the same
+	// metadata (account.go).
+	account modelAccount
 }
 
 // checkModelKey reads the Secret the run's spec.model.apiKeySecretRef names
@@ -51,7 +54,7 @@ func (r *Reconciler) checkModelKey(ctx context.Context, run *farmv1.AgentRun) (k
 	if err := admission.CheckModelKeySecret(secret); err != nil {
 		return keyCheck{refused: "spec.model.apiKeySecretRef: " + err.Error()}, nil
 	}
-	return keyCheck{}, nil
+	return keyCheck{account: accountFrom(ref.Name, meta)}, nil
 }
 
 // modelKeyPoll is how often a run whose model-key Secret does not exist

@@ -136,10 +136,15 @@ type queue struct {
 // freeing names a rig its holder is about to give up: it counts as free, so
 // the holder can hand it to the run it goes to next.
 //
+// A run whose status shows it waiting for its model account (account.go)
+// is handed no rig, so the rig goes to the next run; self, the run being
+// reconciled, is handed one all the same when its account's turn has come
+// (its status says so only once written).
+//
 // The cache may lag: a run that already holds a Lease may still look queued
 // (it is skipped by its Lease), and a Lease just taken may not show yet (the
 // Create fails and the Lease's event wakes the queue again).
-func (r *Reconciler) readQueue(ctx context.Context, namespace, forRig, freeing string) (*queue, error) {
+func (r *Reconciler) readQueue(ctx context.Context, namespace, forRig, freeing string, self types.UID) (*queue, error) {
 	rigs, selectors, err := r.queuePart(ctx, namespace, forRig)
 	if err != nil {
 		return nil, err
@@ -150,7 +155,7 @@ func (r *Reconciler) readQueue(ctx context.Context, namespace, forRig, freeing s
 		if len(rigs) == 0 {
 			return &queue{given: map[string]string{}}, nil
 		}
-		return r.readRigQueue(ctx, rigs[0], freeing)
+		return r.readRigQueue(ctx, rigs[0], freeing, self)
 	}
 	leased := map[string]bool{}
 	holding := map[types.UID]bool{} // runs that hold a Lease of this part
@@ -183,7 +188,7 @@ func (r *Reconciler) readQueue(ctx context.Context, namespace, forRig, freeing s
 		waiting = append(waiting, more...)
 	}
 	for _, run := range waiting {
-		if !holding[run.UID] {
+		if !holding[run.UID] && (run.UID == self || !accountBlocked(run)) {
 			q.waiting = append(q.waiting, run)
 		}
 	}
@@ -277,7 +282,7 @@ func (r *Reconciler) queuePart(ctx context.Context, namespace, forRig string) ([
 
 // readRigQueue is readQueue for one rig when only rigRef runs wait: the rig,
 // its Lease and its own runs are all that decide who takes it.
-func (r *Reconciler) readRigQueue(ctx context.Context, rig *farmv1.DeviceRig, freeing string) (*queue, error) {
+func (r *Reconciler) readRigQueue(ctx context.Context, rig *farmv1.DeviceRig, freeing string, self types.UID) (*queue, error) {
 	q := &queue{given: map[string]string{}}
 	namespace, name := rig.Namespace, rig.Name
 	held, err := lease.Get(ctx, r.Client, namespace, name)
@@ -294,7 +299,7 @@ func (r *Reconciler) readRigQueue(ctx context.Context, rig *farmv1.DeviceRig, fr
 	}
 	var waiting []*farmv1.AgentRun
 	for _, run := range all {
-		if run.UID != holder { // the holder may still look queued: its status lags its Lease
+		if run.UID != holder && (run.UID == self || !accountBlocked(run)) { // the holder may still look queued: its status lags its Lease
 			waiting = append(waiting, run)
 		}
 	}
@@ -309,7 +314,7 @@ func (r *Reconciler) readRigQueue(ctx context.Context, rig *farmv1.DeviceRig, fr
 // nextHolder is the run a rig goes to when its holder gives it up now: the
 // one the queue hands it to, or nil when no waiting run may take it.
 func (r *Reconciler) nextHolder(ctx context.Context, namespace, rig string) (*farmv1.AgentRun, error) {
-	q, err := r.readQueue(ctx, namespace, rig, rig)
+	q, err := r.readQueue(ctx, namespace, rig, rig, "")
 	if err != nil {
 		return nil, err
 	}

@@ -58,7 +58,7 @@ func TestReadQueueHandsFreeRigsOldestFirst(t *testing.T) {
 		run("r5", 5, "b", farmv1.RunSucceeded),
 	}
 	r := newQueueReconciler(t, objs...)
-	q, err := r.readQueue(context.Background(), "farm", "", "")
+	q, err := r.readQueue(context.Background(), "farm", "", "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func TestReadQueueHandsFreeRigsOldestFirst(t *testing.T) {
 	// Only rigRef runs: one rig's queue is read alone, and its oldest run gets it.
 	r = newQueueReconciler(t, rig("a", farmv1.RigReady, false), rig("b", farmv1.RigReady, false),
 		run("x2", 2, "a", farmv1.RunQueued), run("x1", 1, "a", farmv1.RunQueued), run("y1", 0, "b", farmv1.RunQueued))
-	q, err = r.readQueue(context.Background(), "farm", "a", "")
+	q, err = r.readQueue(context.Background(), "farm", "a", "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestReadQueueHandsFreeRigsOldestFirst(t *testing.T) {
 		&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "farm", Name: "a",
 			Labels: map[string]string{farmv1.LabelRig: "a", farmv1.LabelRun: "x1", farmv1.LabelRunUID: holderX1}},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: &holderX1}})
-	if q, err = r.readQueue(context.Background(), "farm", "a", ""); err != nil || len(q.given) != 0 {
+	if q, err = r.readQueue(context.Background(), "farm", "a", "", ""); err != nil || len(q.given) != 0 {
 		t.Fatalf("a leased rig was given: %v, %v", q.given, err)
 	}
 
@@ -224,13 +224,13 @@ func TestQueuePartDecidesAsTheWholeQueue(t *testing.T) {
 			objs = append(objs, run)
 		}
 		r := newQueueReconciler(t, objs...)
-		whole, err := r.readQueue(context.Background(), "farm", "", "")
+		whole, err := r.readQueue(context.Background(), "farm", "", "", "")
 		if err != nil {
 			t.Fatal(err)
 		}
 		for i := 0; i < nRigs; i++ {
 			rig := fmt.Sprintf("rig-%02d", i)
-			part, err := r.readQueue(context.Background(), "farm", rig, "")
+			part, err := r.readQueue(context.Background(), "farm", rig, "", "")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -258,7 +258,7 @@ func TestQueuePartDecidesAsTheWholeQueue(t *testing.T) {
 		&farmv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: "farm", Name: "ra", UID: "ua"}, Spec: farmv1.AgentRunSpec{RigSelector: &farmv1.RigSelector{MatchLabels: map[string]string{"pool": "a"}}}},
 		&farmv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: "farm", Name: "rb", UID: "ub"}, Spec: farmv1.AgentRunSpec{RigSelector: &farmv1.RigSelector{MatchLabels: map[string]string{"pool": "b"}}}},
 		&farmv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: "farm", Name: "rb1", UID: "ub1"}, Spec: farmv1.AgentRunSpec{RigRef: &farmv1.RigReference{Name: "b1"}}})
-	q, err := r.readQueue(context.Background(), "farm", "a1", "")
+	q, err := r.readQueue(context.Background(), "farm", "a1", "", "")
 	if err != nil {
 		t.Fatal(err)
 	}

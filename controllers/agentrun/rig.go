@@ -50,8 +50,12 @@ func (r *Reconciler) acquire(ctx context.Context, run *farmv1.AgentRun, w world,
 	if t := run.Spec.Limits.QueueTimeout(); t > 0 {
 		deadline := st.QueuedAt.Add(time.Duration(t) * time.Second)
 		if !w.now.Before(deadline) {
+			what := "no rig became free"
+			if accountBlocked(run) && run.Spec.Model.APIKeySecretRef != nil {
+				what = "no session of model account " + run.Spec.Model.APIKeySecretRef.Name + " became free"
+			}
 			r.finishWith(ctx, run, w.now, farmv1.RunFailed, farmv1.ReasonQueueTimeout,
-				fmt.Sprintf("no rig became free within limits.queueTimeoutSeconds (%ds)", t))
+				fmt.Sprintf("%s within limits.queueTimeoutSeconds (%ds)", what, t))
 			return res, nil
 		}
 		res.wake = deadline
@@ -68,10 +72,27 @@ func (r *Reconciler) acquire(ctx context.Context, run *farmv1.AgentRun, w world,
 		r.finishWith(ctx, run, w.now, farmv1.RunFailed, farmv1.ReasonInvalidConfig, c.invalid)
 		return res, nil
 	}
+	var turn accountTurn
 	if len(c.rigs) > 0 {
+		// A capped model account's turn comes first (account.go): a run
+		// beyond the cap takes no rig, and the rig goes to the next run.
+		acct, err := r.modelAccountOf(ctx, run)
+		if err != nil {
+			return res, err
+		}
+		if acct.capped() {
+			if turn, err = r.turnOf(ctx, run, acct, ""); err != nil {
+				return res, err
+			}
+			if !turn.pass {
+				r.accountBusy(ctx, run, acct, turn)
+				res.wake = earliest(res.wake, w.now.Add(time.Minute)) // a safety net; slot and run events wake the account's queue first
+				return res, nil
+			}
+		}
 		// Any of the run's rigs leads to the part of the queue that decides
 		// which of them it gets: the part holds every rig its selector matches.
-		q, err := r.readQueue(ctx, run.Namespace, c.rigs[0].Name, "")
+		q, err := r.readQueue(ctx, run.Namespace, c.rigs[0].Name, "", run.UID)
 		if err != nil {
 			return res, err
 		}
@@ -80,17 +101,49 @@ func (r *Reconciler) acquire(ctx context.Context, run *farmv1.AgentRun, w world,
 			if q.given[run.Name] != rig.Name {
 				continue
 			}
+			slot, fresh := turn.slot, false
+			if acct.capped() && slot == "" {
+				// The atomic step of the cap, as the rig's Lease is of the rig.
+				if slot, fresh, err = lease.TakeSlot(ctx, r.Client, r.APIReader, acct.secret, acct.cap, lease.HolderOf(run)); err != nil {
+					return res, err
+				}
+				if slot == "" {
+					turn.inUse = acct.cap
+					r.accountBusy(ctx, run, acct, turn)
+					res.wake = earliest(res.wake, w.now.Add(time.Minute))
+					return res, nil
+				}
+			}
 			lr, err := lease.Acquire(ctx, r.Client, rig.Name, lease.HolderOf(run))
+			if err == nil && !lr.Acquired {
+				c.why = fmt.Sprintf("rig %s was just taken by another run", rig.Name)
+			}
+			if fresh && (err != nil || !lr.Acquired) {
+				// Only the slot this reconcile took goes back here: one the
+				// run held before may be its running session's, on a cache
+				// that does not show the session yet (releaseRig gives that back).
+				if rerr := lease.ReleaseSlot(ctx, r.Client, r.APIReader, slot, lease.HolderOf(run)); rerr != nil && err == nil {
+					err = rerr
+				}
+			}
 			if err != nil {
 				return res, err
 			}
 			if !lr.Acquired {
-				c.why = fmt.Sprintf("rig %s was just taken by another run", rig.Name)
 				break
 			}
 			r.took(run, w.now, rig)
-			decided(ctx, run, "took a rig", farmv1.ReasonLeased, "took", rig.Name)
+			decided(ctx, run, "took a rig", farmv1.ReasonLeased, "took", rig.Name, "slot", slot)
 			return acquired{claim: took, rig: rig, wake: res.wake}, nil
+		}
+	}
+	if turn.slot != "" {
+		// A slot held from before (handed over with a rig that then went
+		// elsewhere, or taken just before the manager stopped) while the run
+		// waits for a rig: back to the account, once the API server shows
+		// the run holds no rig and runs no pod.
+		if err := r.dropIdleSlots(ctx, run); err != nil {
+			return res, err
 		}
 	}
 	if st.Phase == farmv1.RunPending && c.reason == farmv1.ReasonRigBusy && r.notes.deferOnce(client.ObjectKeyFromObject(run)) {
@@ -250,7 +303,9 @@ func (r *Reconciler) candidates(ctx context.Context, run *farmv1.AgentRun) (rigC
 // when to ask again).
 func (r *Reconciler) releaseRig(ctx context.Context, run *farmv1.AgentRun, w world) (bool, error) {
 	if w.held == "" {
-		return true, nil
+		// A model-account slot left from a rig that was never taken (the
+		// manager stopped in between) goes back with the run's end.
+		return true, r.dropIdleSlots(ctx, run)
 	}
 	var pods corev1.PodList
 	if err := r.APIReader.List(ctx, &pods, client.InNamespace(run.Namespace), client.MatchingLabels{farmv1.LabelRun: run.Name}); err != nil {
@@ -267,7 +322,21 @@ func (r *Reconciler) releaseRig(ctx context.Context, run *farmv1.AgentRun, w wor
 		return false, err
 	}
 	handed := false
-	if next != nil && next.UID != run.UID && r.mayHandTo(run, w, next) {
+	if next != nil && (next.UID == run.UID || !r.mayHandTo(run, w, next)) {
+		next = nil
+	}
+	if next != nil {
+		// A run of a capped model account takes its rig only with a slot
+		// of it (account.go).
+		ok, err := r.passSlot(ctx, run, next)
+		if err != nil {
+			return false, err
+		}
+		if !ok {
+			next = nil
+		}
+	}
+	if next != nil {
 		if handed, err = lease.HandOver(ctx, r.Client, w.held, lease.HolderOf(run), lease.HolderOf(next)); err != nil {
 			return false, err
 		}
@@ -279,6 +348,11 @@ func (r *Reconciler) releaseRig(ctx context.Context, run *farmv1.AgentRun, w wor
 		if err := lease.Release(ctx, r.Client, w.held, lease.HolderOf(run)); err != nil {
 			return false, err
 		}
+	}
+	// The session's model-account slot goes with the rig, read from the API
+	// server: no pod of the run is alive, so no session is left to count.
+	if err := r.dropSlots(ctx, run, r.APIReader); err != nil {
+		return false, err
 	}
 	conditions.False(&run.Status.Conditions, run.Generation, farmv1.ConditionRigLeased, farmv1.ReasonReleased, msg)
 	if !run.Status.Phase.Finished() { // a finished run's final event covers the release

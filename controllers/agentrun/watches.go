@@ -8,6 +8,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -52,6 +53,9 @@ func (r *Reconciler) watch(mgr ctrl.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &farmv1.DeviceRig{}, rigLabelIndex, rigLabelKeys); err != nil {
 		return fmt.Errorf("index rigs by label: %w", err)
 	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &farmv1.AgentRun{}, accountIndex, indexAccount); err != nil {
+		return fmt.Errorf("index runs by model account: %w", err)
+	}
 	wakeQueue := handler.EnqueueRequestsFromMapFunc(r.queuedRunsForRigOf)
 	return ctrl.NewControllerManagedBy(mgr).
 		// A new run, a pod that ended and a Lease handed on are the urgent
@@ -68,6 +72,11 @@ func (r *Reconciler) watch(mgr ctrl.Manager) error {
 			return ok
 		}))).
 		Watches(&farmv1.DeviceRig{}, wakeQueue).
+		// A model account's queue moves with its slots and its runs (account.go).
+		Watches(&coordinationv1.Lease{}, r.slotEvents(), builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			return o.GetLabels()[farmv1.LabelKind] == farmv1.KindModelAccountSlot
+		}))).
+		Watches(&farmv1.AgentRun{}, r.accountTurnEvents()).
 		Watches(&farmv1.AgentRun{}, handler.EnqueueRequestsFromMapFunc(parentOf)).
 		Watches(&farmv1.AgentRun{}, handler.EnqueueRequestsFromMapFunc(r.joinedOf)).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.runsOnNode), builder.WithPredicates(nodestate.Changed)).
@@ -97,7 +106,7 @@ func (r *Reconciler) queuedRunsForRigOf(ctx context.Context, o client.Object) []
 	default:
 		return nil
 	}
-	q, err := r.readQueue(ctx, rig.Namespace, rig.Name, "")
+	q, err := r.readQueue(ctx, rig.Namespace, rig.Name, "", "")
 	if err != nil {
 		return reqs
 	}
@@ -105,6 +114,55 @@ func (r *Reconciler) queuedRunsForRigOf(ctx context.Context, o client.Object) []
 		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: rig.Namespace, Name: name}})
 	}
 	return reqs
+}
+
+// slotEvents wakes a model-account slot's holder whenever its slot
+// changes (a finished run gives back one it still holds), and, when a slot
+// is given back, the account's first waiting runs: as many as the cap.
+func (r *Reconciler) slotEvents() handler.EventHandler {
+	holder := func(o client.Object) reconcile.Request {
+		return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetLabels()[farmv1.LabelRun]}}
+	}
+	return handler.Funcs{
+		CreateFunc: func(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			q.Add(holder(e.Object))
+		},
+		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			q.Add(holder(e.ObjectNew))
+		},
+		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			q.Add(holder(e.Object))
+			a := e.Object.GetAnnotations()
+			for _, req := range r.accountHeads(ctx, e.Object.GetNamespace(), a[farmv1.AnnotationModelAccount], capOf(a)) {
+				q.Add(req)
+			}
+		},
+	}
+}
+
+// accountTurnEvents wakes, when a run begins waiting for its model
+// account, the runs its rigs' queue now hands those rigs to; and when it
+// stops waiting for it without a slot (it waits for a rig now), the
+// account's first waiting runs, which may take the turn it leaves.
+func (r *Reconciler) accountTurnEvents() handler.EventHandler {
+	return handler.Funcs{
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			old, okOld := e.ObjectOld.(*farmv1.AgentRun)
+			run, okNew := e.ObjectNew.(*farmv1.AgentRun)
+			if !okOld || !okNew || accountBlocked(old) == accountBlocked(run) {
+				return
+			}
+			var reqs []reconcile.Request
+			if accountBlocked(run) {
+				reqs = r.rigQueueOf(ctx, run)
+			} else if ref := run.Spec.Model.APIKeySecretRef; ref != nil && run.WaitsForRig() {
+				reqs = r.accountHeads(ctx, run.Namespace, ref.Name, 1)
+			}
+			for _, req := range reqs {
+				q.Add(req)
+			}
+		},
+	}
 }
 
 // parentOf maps a follow-up run to its parent, which is waiting for it to exist.

@@ -42,6 +42,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/internal/admission"
 	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/followup"
 	"github.com/clawfarm/clawfarm/internal/testing/fakekubelet"
@@ -61,18 +62,25 @@ type scale struct {
 	// rignodeKillEvery and paused for pauseFor once pauseAt into the run.
 	rignodeRigs                         int
 	rignodeKillEvery, pauseAt, pauseFor time.Duration
+	// accountCap caps the sessions of the model account the runs on the
+	// fake kubelet's even-numbered rigs use (docs/architecture.md, "Model
+	// accounts: a cap per key"): about half of what those rigs could run.
+	accountCap int
 }
 
 var (
 	short = scale{rigs: 12, runs: 48, killEvery: 10 * time.Second, partitionEvery: 15 * time.Second,
 		partitionMin: 10 * time.Second, partitionMax: 25 * time.Second, stuckTerminating: 20 * time.Second, deadline: 8 * time.Minute,
-		rignodeRigs: 3, rignodeKillEvery: 12 * time.Second, pauseAt: 30 * time.Second, pauseFor: 20 * time.Second}
+		rignodeRigs: 3, rignodeKillEvery: 12 * time.Second, pauseAt: 30 * time.Second, pauseFor: 20 * time.Second, accountCap: 3}
 	full = scale{rigs: 100, runs: 500, killEvery: 10 * time.Second, partitionEvery: 30 * time.Second,
 		partitionMin: 2 * time.Minute, partitionMax: 6 * time.Minute, stuckTerminating: 2 * time.Minute, deadline: 45 * time.Minute,
-		rignodeRigs: 10, rignodeKillEvery: 45 * time.Second, pauseAt: 3 * time.Minute, pauseFor: 2 * time.Minute}
+		rignodeRigs: 10, rignodeKillEvery: 45 * time.Second, pauseAt: 3 * time.Minute, pauseFor: 2 * time.Minute, accountCap: 20}
 )
 
 const ns = "farm"
+
+// accountKey is the capped model account's key Secret.
+const accountKey = "capped-key"
 
 func TestChaos(t *testing.T) {
 	testenv.Needs(t, testenv.Assets)
@@ -93,6 +101,12 @@ func TestChaos(t *testing.T) {
 	}
 	for i := range sc.rigs {
 		makeRig(t, env, i)
+	}
+	if err := c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: accountKey,
+		Labels:      map[string]string{admission.LabelModelKey: "true"},
+		Annotations: map[string]string{farmv1.AnnotationMaxSessions: fmt.Sprint(sc.accountCap)}},
+		StringData: map[string]string{"key": "chaos"}}); err != nil {
+		t.Fatal(err)
 	}
 	agent := startRignode(t, env, t.TempDir())
 	defer agent.stop()
@@ -174,17 +188,24 @@ func (h *harness) intn(n int) int {
 // wait, idle), on a round-robin rig. Three runs in ten meet others: two
 // collect runs (one DONE, one STUCK first), which join the session of an
 // older collect run waiting for the same rig, and a steer run, which joins
-// the session running on its rig when it comes.
+// the session running on its rig when it comes. The runs on the fake
+// kubelet's even-numbered rigs use the capped model account (accountKey),
+// their follow-ups too.
 func (h *harness) newRun(i int) *farmv1.AgentRun {
 	story := []string{"done", "fail", "stuck", "wait", "idle", "done", "wait", "done", "stuck", "done"}[i%10]
 	mode := []farmv1.QueueMode{9: farmv1.QueueModeSteer, 5: farmv1.QueueModeCollect, 8: farmv1.QueueModeCollect}[i%10]
+	rig := i % (h.sc.rigs + h.sc.rignodeRigs)
+	var key *corev1.SecretKeySelector
+	if rig%2 == 0 && rig < h.sc.rigs { // the fake kubelet's rigs: its ledger sees every session
+		key = &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: accountKey}, Key: "key"}
+	}
 	return &farmv1.AgentRun{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("%s-%03d", story, i)},
 		Spec: farmv1.AgentRunSpec{
-			RigRef:    &farmv1.RigReference{Name: rigName(i % (h.sc.rigs + h.sc.rignodeRigs))},
+			RigRef:    &farmv1.RigReference{Name: rigName(rig)},
 			Trigger:   "chaos",
 			QueueMode: mode,
-			Model:     farmv1.ModelSpec{Provider: "openai-compatible", Name: "sim/chaos", BaseURL: "http://127.0.0.1:1/v1"},
+			Model:     farmv1.ModelSpec{Provider: "openai-compatible", Name: "sim/chaos", BaseURL: "http://127.0.0.1:1/v1", APIKeySecretRef: key},
 			Limits:    farmv1.RunLimits{MaxAttempts: 2},
 			FollowUp:  farmv1.FollowUpPolicy{MaxChain: ptr.To[int32](1), DefaultDelayMinutes: 1},
 		},

@@ -81,6 +81,20 @@ func (h *harness) report(wall time.Duration, runs []farmv1.AgentRun) {
 	for _, l := range leases.Items {
 		held = append(held, l.Name)
 	}
+	var slots coordinationv1.LeaseList
+	if err := h.c.List(context.Background(), &slots, client.InNamespace(ns), client.MatchingLabels{farmv1.LabelKind: farmv1.KindModelAccountSlot}); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range slots.Items {
+		held = append(held, l.Name)
+	}
+	keyed := map[string]bool{}
+	for i := range runs {
+		if ref := runs[i].Spec.Model.APIKeySecretRef; ref != nil && ref.Name == accountKey {
+			keyed[runs[i].Name] = true
+		}
+	}
+	overCap, mostKeyed := overTheCap(h.kubelet.Ledger(), keyed, h.sc.accountCap)
 	double := h.kubelet.Violations()
 	created := map[string]time.Time{}
 	for i := range runs {
@@ -115,10 +129,12 @@ func (h *harness) report(wall time.Duration, runs []farmv1.AgentRun) {
 	figure("attempts beyond maxAttempts", beyondMax)
 	figure("follow-ups of cancelled or deleted parents", orphanFollowUps)
 	figure("follow-ups lost (a WAIT with no child)", lostFollowUps)
-	figure("Leases held at the end", held)
+	figure("Leases held at the end (rigs' and slots')", held)
+	figure("sessions over the model account's cap", overCap)
 	figure("joined runs that also ran alone", joinedAlone)
 	figure("joined runs their session does not list", joinedLost)
 	fmt.Printf("  %-44s %d collected, %d steered\n", "runs that joined a session", joins[string(farmv1.QueueModeCollect)], joins[string(farmv1.QueueModeSteer)])
+	fmt.Printf("  %-44s %d at most, cap %d, %d of its runs\n", "capped model account's sessions at once", mostKeyed, h.sc.accountCap, len(keyed))
 	fmt.Printf("  %-44s %.1f s\n", "wall time", wall.Seconds())
 	fmt.Printf("  %-44s %.1f\n", "runs per minute", float64(len(runs))/wall.Minutes())
 	if len(gaps) > 0 {
@@ -143,6 +159,46 @@ func rigFreeToNextPod(ledger map[string][]fakekubelet.Interval, created map[stri
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
 	return out
+}
+
+// overTheCap reads the ledger for the sessions of the runs in keyed at
+// once: every start that made them more than limit, and the most there
+// were. An end comes before a start at the same instant.
+func overTheCap(ledger map[string][]fakekubelet.Interval, keyed map[string]bool, limit int) ([]string, int) {
+	type edge struct {
+		at    time.Time
+		delta int
+		pod   string
+	}
+	var edges []edge
+	for _, ivs := range ledger {
+		for _, iv := range ivs {
+			_, pod, _ := strings.Cut(iv.Pod, "/")
+			if !keyed[pod[:strings.LastIndex(pod, "-a")]] {
+				continue
+			}
+			edges = append(edges, edge{iv.Start, 1, pod})
+			if !iv.End.IsZero() {
+				edges = append(edges, edge{iv.End, -1, pod})
+			}
+		}
+	}
+	sort.Slice(edges, func(i, j int) bool {
+		if !edges[i].at.Equal(edges[j].at) {
+			return edges[i].at.Before(edges[j].at)
+		}
+		return edges[i].delta < edges[j].delta
+	})
+	var over []string
+	live, most := 0, 0
+	for _, e := range edges {
+		live += e.delta
+		most = max(most, live)
+		if e.delta > 0 && live > limit {
+			over = append(over, fmt.Sprintf("%s started as session %d", e.pod, live))
+		}
+	}
+	return over, most
 }
 
 func pct(sorted []time.Duration, p int) time.Duration {
