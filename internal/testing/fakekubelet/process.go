@@ -31,6 +31,7 @@ type process struct {
 	start   time.Time
 	clock   time.Time // Ending.After counts from here
 	checked time.Time // last seen still running by its script
+	hung    bool      // its script said Hang when last asked
 	termAt  time.Time // SIGTERM delivered
 	killAt  time.Time // SIGKILL due
 	end     time.Time // zero while it runs
@@ -55,8 +56,14 @@ func (p *process) settle(e Ending, now time.Time) {
 	var natural time.Time
 	if !e.Hang && e.Evict != ByEvictionAPI {
 		// A script that changed its mind ends the process no earlier than
-		// the last time it was seen running.
+		// the last time it was seen running; one that hung until now ends
+		// it now, when the change is seen: a test that lets a session end
+		// while the kubelet had not looked for a while must not find it
+		// ended back when the kubelet last looked.
 		natural = later(p.clock.Add(e.After), p.checked)
+		if p.hung {
+			natural = later(natural, now)
+		}
 	}
 	signal := earliest(p.termAt, p.killAt)
 	if e.StuckTerminating > 0 && !signal.IsZero() {
@@ -72,7 +79,7 @@ func (p *process) settle(e Ending, now time.Time) {
 		consider(p.killAt, killed)
 	}
 	if at.IsZero() {
-		p.checked = now
+		p.checked, p.hung = now, e.Hang
 		return
 	}
 	p.end, p.exit = at, how
