@@ -16,7 +16,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
@@ -107,7 +106,10 @@ func killManager(t *testing.T) int {
 	if cluster.KubeletSystem {
 		// A container of the operator's kubelet node: its process, as runc
 		// reports it. The kubelet restarts the container.
-		pod := managerPod(t)
+		pod, err := cluster.ManagerPod(ctxFor(t, 10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
 		for _, cs := range pod.Status.ContainerStatuses {
 			if cs.Name == "manager" && cs.State.Running != nil {
 				pid, err := cluster.ContainerPID(ctxFor(t, 10*time.Second), cs.ContainerID)
@@ -147,26 +149,6 @@ func killManager(t *testing.T) int {
 	}
 	t.Fatalf("no manager process of this cluster (%s with %s) found", bin, port)
 	return 0
-}
-
-// managerPod is the chart's running manager pod.
-func managerPod(t *testing.T) corev1.Pod {
-	t.Helper()
-	var pods corev1.PodList
-	sel, err := labels.Parse(devcluster.ManagerLabel)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cluster.Client.List(ctxFor(t, 10*time.Second), &pods, client.InNamespace(devcluster.OperatorNamespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range pods.Items {
-		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
-			return p
-		}
-	}
-	t.Fatalf("no running manager pod of %d", len(pods.Items))
-	return corev1.Pod{}
 }
 
 // A loop pod deleted while it runs: the attempt ends as infrastructure, a free

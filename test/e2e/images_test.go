@@ -203,18 +203,12 @@ func (w *imageWatch) check() error {
 	return nil
 }
 
-// nodeRuntimes maps each node to the container runtime it reports
-// (containerd://2.4.2 on a kubelet node).
+// nodeRuntimes maps each node to the container runtime it reports, or
+// is empty if the nodes cannot be listed (the summary then shows none).
 func nodeRuntimes() map[string]string {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	var nodes corev1.NodeList
-	out := map[string]string{}
-	if err := cluster.Client.List(ctx, &nodes); err == nil {
-		for _, n := range nodes.Items {
-			out[n.Name] = n.Status.NodeInfo.ContainerRuntimeVersion
-		}
-	}
+	out, _ := cluster.NodeRuntimes(ctx)
 	return out
 }
 

@@ -39,6 +39,10 @@ const (
 	// KubeletSystemNode: the follow-up Jobs and the tests' pods stay on
 	// SystemNode, whose pods share the host's network.
 	TaintOperator = "farm.clawfarm.dev/dev-operator"
+	// LabelDevNode says which of the dev cluster's nodes a node is (system,
+	// kubelet, kubelet-system…): the chart's nodeSelector on
+	// KubeletSystemNode names it.
+	LabelDevNode = "farm.clawfarm.dev/dev-node"
 	// OperatorNamespace is where the chart installs the manager.
 	OperatorNamespace = "clawfarm-system"
 	// RunNamespace is where sample and test runs live.
@@ -136,14 +140,17 @@ func (c Config) kubeletNodes() []node {
 	var ns []node
 	port := c.BasePort + PortCount + len(c.OwnHosts)
 	if len(c.KubeletRigs) > 0 {
-		ns = append(ns, node{KubeletNode, farmv1.TaintRig + "=true,farm.clawfarm.dev/dev-node=kubelet", farmv1.TaintRig + "=true:NoSchedule", port})
+		ns = append(ns, node{KubeletNode, farmv1.TaintRig + "=true," + LabelDevNode + "=kubelet", farmv1.TaintRig + "=true:NoSchedule", port})
 		port++
 	}
 	if c.KubeletSystem {
-		ns = append(ns, node{KubeletSystemNode, "farm.clawfarm.dev/dev-node=kubelet-system", TaintOperator + "=true:NoSchedule", port})
+		ns = append(ns, node{KubeletSystemNode, LabelDevNode + "=" + devNodeKubeletSystem, TaintOperator + "=true:NoSchedule", port})
 	}
 	return ns
 }
+
+// devNodeKubeletSystem is KubeletSystemNode's LabelDevNode.
+const devNodeKubeletSystem = "kubelet-system"
 
 // isKubeletNode reports whether the node of that name is run by a kubelet
 // (a node and nothing more) rather than by rignode.
@@ -179,7 +186,7 @@ func (c Config) nodes() []node {
 	p := c.Ports()
 	rigTaint := farmv1.TaintRig + "=true:NoSchedule"
 	ns := []node{
-		{SystemNode, "farm.clawfarm.dev/dev-node=system", "", p.SystemKubelet},
+		{SystemNode, LabelDevNode + "=system", "", p.SystemKubelet},
 		{RigNode, farmv1.TaintRig + "=true", rigTaint, p.RigKubelet},
 	}
 	for k, i := range c.OwnHosts {

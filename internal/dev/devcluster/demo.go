@@ -117,26 +117,35 @@ func (c *Cluster) Demo(ctx context.Context, out io.Writer, p Provider, timeout t
 // printPlaces prints where the operator's pods ran (PlaceTable).
 func (c *Cluster) printPlaces(ctx context.Context, out io.Writer) error {
 	var pods corev1.PodList
-	var nodes corev1.NodeList
 	if err := c.Client.List(ctx, &pods); err != nil {
 		return err
 	}
-	if err := c.Client.List(ctx, &nodes); err != nil {
+	runtimes, err := c.NodeRuntimes(ctx)
+	if err != nil {
 		return err
 	}
-	fmt.Fprint(out, "\nWhere the operator's pods ran (kubectl get pods -A -o wide; kubectl get nodes -o wide):\n"+PlaceTable(pods.Items, nodes.Items))
+	fmt.Fprint(out, "\nWhere the operator's pods ran (kubectl get pods -A -o wide; kubectl get nodes -o wide):\n"+PlaceTable(pods.Items, runtimes))
 	return nil
+}
+
+// NodeRuntimes maps each node of the cluster to the container runtime it
+// reports (containerd://2.4.2 on a kubelet node, rignode's on the others).
+func (c *Cluster) NodeRuntimes(ctx context.Context) (map[string]string, error) {
+	var nodes corev1.NodeList
+	if err := c.Client.List(ctx, &nodes); err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(nodes.Items))
+	for _, n := range nodes.Items {
+		out[n.Name] = n.Status.NodeInfo.ContainerRuntimeVersion
+	}
+	return out, nil
 }
 
 // PlaceTable renders where each of the operator's pods runs or ran — the
 // manager, the trace server, loop pods and follow-up Jobs' pods — with its
-// node and that node's container runtime (containerd://2.4.2 on a kubelet
-// node, rignode's on the others).
-func PlaceTable(pods []corev1.Pod, nodes []corev1.Node) string {
-	runtime := map[string]string{}
-	for _, n := range nodes {
-		runtime[n.Name] = n.Status.NodeInfo.ContainerRuntimeVersion
-	}
+// node and that node's container runtime (runtime, from NodeRuntimes).
+func PlaceTable(pods []corev1.Pod, runtime map[string]string) string {
 	var rows []string
 	for _, p := range pods {
 		ours := p.Namespace == OperatorNamespace || p.Labels[farmv1.LabelRun] != "" || p.Labels["batch.kubernetes.io/job-name"] != ""

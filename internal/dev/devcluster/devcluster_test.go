@@ -459,18 +459,13 @@ func TestPlaceTable(t *testing.T) {
 		p.Namespace, p.Name, p.Labels, p.Spec.NodeName, p.Status.Phase = ns, name, labels, node, corev1.PodRunning
 		return p
 	}
-	node := func(name, runtime string) corev1.Node {
-		n := corev1.Node{}
-		n.Name, n.Status.NodeInfo.ContainerRuntimeVersion = name, runtime
-		return n
-	}
 	table := PlaceTable([]corev1.Pod{
 		pod(OperatorNamespace, "clawfarm-manager-1", KubeletSystemNode, nil),
 		pod(RunNamespace, "order-coffee-a1", KubeletNode, map[string]string{farmv1.LabelRun: "order-coffee"}),
 		pod(RunNamespace, "ask-ana-x", SystemNode, map[string]string{"batch.kubernetes.io/job-name": "ask-ana"}),
 		pod(RunNamespace, "someone-elses", SystemNode, nil),
 		pod(OperatorNamespace, "pending", "", nil),
-	}, []corev1.Node{node(KubeletSystemNode, "containerd://2.4.2"), node(KubeletNode, "containerd://2.4.2"), node(SystemNode, "rignode://v0")})
+	}, map[string]string{KubeletSystemNode: "containerd://2.4.2", KubeletNode: "containerd://2.4.2", SystemNode: "rignode://v0"})
 	lines := strings.Split(strings.TrimSpace(table), "\n")
 	if len(lines) != 5 || !strings.HasPrefix(lines[0], "POD") {
 		t.Fatalf("table:\n%s", table)

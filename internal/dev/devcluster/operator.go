@@ -193,7 +193,7 @@ func (c *Cluster) renderChart(ctx context.Context) (string, error) {
 	if c.KubeletSystem {
 		for _, part := range []string{"manager", "server"} {
 			args = append(args, "--set", part+".hostNetwork=true")
-			setJSON(part+".nodeSelector", map[string]string{"farm.clawfarm.dev/dev-node": "kubelet-system"})
+			setJSON(part+".nodeSelector", map[string]string{LabelDevNode: devNodeKubeletSystem})
 			setJSON(part+".tolerations", []corev1.Toleration{{Key: TaintOperator, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}})
 		}
 	}
@@ -277,18 +277,30 @@ func (c *Cluster) waitManagerPod(ctx context.Context) error {
 		watch = c.procsNamed("kubelet-"+KubeletSystemNode, "containerd-"+KubeletSystemNode)
 	}
 	return waitFor(ctx, "the manager pod Running", 2*time.Minute, watch, func() error {
-		var pods corev1.PodList
-		sel, _ := labelSelector(ManagerLabel)
-		if err := c.Client.List(ctx, &pods, client.InNamespace(OperatorNamespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		if _, err := c.ManagerPod(ctx); err != nil {
 			return err
 		}
-		for _, p := range pods.Items {
-			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
-				return httpOK(ctx, httpClient, fmt.Sprintf("http://127.0.0.1:%d/readyz", c.Ports().ManagerProbes))
-			}
-		}
-		return fmt.Errorf("%d manager pods, none Running", len(pods.Items))
+		return httpOK(ctx, httpClient, fmt.Sprintf("http://127.0.0.1:%d/readyz", c.Ports().ManagerProbes))
 	})
+}
+
+// ManagerPod is the chart's running manager pod (one that is not being
+// deleted), or an error saying how many there are and that none runs.
+func (c *Cluster) ManagerPod(ctx context.Context) (corev1.Pod, error) {
+	var pods corev1.PodList
+	sel, err := labelSelector(ManagerLabel)
+	if err != nil {
+		return corev1.Pod{}, err
+	}
+	if err := c.Client.List(ctx, &pods, client.InNamespace(OperatorNamespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return corev1.Pod{}, err
+	}
+	for _, p := range pods.Items {
+		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+			return p, nil
+		}
+	}
+	return corev1.Pod{}, fmt.Errorf("%d manager pods, none Running", len(pods.Items))
 }
 
 // AdminToken is the bearer token of the cluster's user (the same user as
