@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -69,8 +70,8 @@ func TestChartAdmissionIsConfigAdmission(t *testing.T) {
 			config[objectKey(o)] = withoutLabels(o)
 		}
 	}
-	if len(chart) != 13 {
-		t.Errorf("the chart renders %d admission objects, want 13 (the ConfigMap, six policies and their bindings)", len(chart))
+	if len(chart) != 17 {
+		t.Errorf("the chart renders %d admission objects, want 17 (the ConfigMap, eight policies and their bindings)", len(chart))
 	}
 	for k, o := range chart {
 		if !reflect.DeepEqual(o, config[k]) {
@@ -222,6 +223,47 @@ func TestChartAdmissionFieldListsCoverTheCRD(t *testing.T) {
 		sort.Strings(got)
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("policy %s keeps %s fields %v unchanged, want every field but %s: %v", c.policy, c.section, got, c.except, want)
+		}
+	}
+}
+
+// The ConfigMap policy checks each name by its index, one validation each:
+// it must have one for every item the CRD allows, and its guard must refuse
+// exactly what lies past them.
+func TestChartAdmissionChecksEveryConfigMapTheCRDAllows(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../../config/crd/bases/farm.clawfarm.dev_agentruns.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	crd := decodeAll(t, b)[0]
+	spec := dig(dig(crd, "spec", "versions").([]any)[0], "schema", "openAPIV3Schema", "properties", "spec", "properties")
+	policy := find(renderRelease(t), "ValidatingAdmissionPolicy", "", "clawfarm-agentrun-configmaps")
+	if policy == nil {
+		t.Fatal("no policy clawfarm-agentrun-configmaps")
+	}
+	exprs := expressions(policy)
+	for _, field := range []string{"bootstrap", "skills"} {
+		var maxItems int64
+		switch n := dig(spec, field, "maxItems").(type) {
+		case int64:
+			maxItems = n
+		case float64:
+			maxItems = int64(n)
+		default:
+			t.Fatalf("spec.%s has no maxItems in the CRD (%T)", field, n)
+		}
+		for i := int64(0); i < maxItems; i++ {
+			want := "authorizer.group('').resource('configmaps').namespace(request.namespace).name(variables." + field + "[" + strconv.FormatInt(i, 10) + "]).check('get')"
+			if !strings.Contains(exprs, want) {
+				t.Errorf("no check of spec.%s[%d] (want %s)", field, i, want)
+			}
+		}
+		if extra := "variables." + field + "[" + strconv.FormatInt(maxItems, 10) + "]"; strings.Contains(exprs, extra) {
+			t.Errorf("a check of %s, past the CRD's maxItems %d", extra, maxItems)
+		}
+		if guard := "size(variables." + field + ") <= " + strconv.FormatInt(maxItems, 10); !strings.Contains(exprs, guard) {
+			t.Errorf("no guard %q refusing more spec.%s than are checked", guard, field)
 		}
 	}
 }

@@ -119,12 +119,12 @@ func TestChartShardAdmissionIsConfigAdmission(t *testing.T) {
 		}
 		return n, shard
 	}
-	if n, shard := count(renderRelease(t)); n != 13 || len(shard) != 0 {
-		t.Errorf("without shards: %d admission objects, %d of them shard policies; want 13 and none", n, len(shard))
+	if n, shard := count(renderRelease(t)); n != 17 || len(shard) != 0 {
+		t.Errorf("without shards: %d admission objects, %d of them shard policies; want 17 and none", n, len(shard))
 	}
 	n, chart := count(renderRelease(t, "--set-json", exampleShards))
-	if n != 17 || len(chart) != 4 {
-		t.Errorf("with shards: %d admission objects, %d of them the shard policies and bindings; want 17 and 4", n, len(chart))
+	if n != 21 || len(chart) != 4 {
+		t.Errorf("with shards: %d admission objects, %d of them the shard policies and bindings; want 21 and 4", n, len(chart))
 	}
 	files, err := filepath.Glob("../../config/admission/shards/*.yaml")
 	if err != nil || len(files) == 0 {

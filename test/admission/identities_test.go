@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -90,6 +93,14 @@ func TestLoopWritesOnlyItsRunsProgress(t *testing.T) {
 
 	// The operator's writes are not the loop's: the policy does not apply to them.
 	allowed(t, "the manager records the phase", k8s.Status().Patch(ctx, runRef(ns, "r1"), statusPatch(`{"phase":"Succeeded","sentinel":"DONE"}`)))
+	refused(t, "pod r1-a1 reports progress once r1 has finished", loop("r1-a1").Status().Patch(ctx, runRef(ns, "r1"), progress),
+		"run r1 has finished (Succeeded): its loop pod may not write its progress any more")
+	// A cancelled run's pod is being stopped; it may exist a while yet.
+	if err := k8s.Patch(ctx, runRef(ns, "r2"), client.RawPatch(types.MergePatchType, []byte(`{"spec":{"cancel":true}}`))); err != nil {
+		t.Fatal(err)
+	}
+	refused(t, "pod r2-a1 reports progress once r2 is cancelled", loop("r2-a1").Status().Patch(ctx, runRef(ns, "r2"), progress),
+		"run r2 is cancelled: its loop pod may not write its progress any more")
 	// RBAC still keeps the loop to status: it cannot touch the spec.
 	refused(t, "the loop cancels its run", loop("r1-a1").Patch(ctx, runRef(ns, "r1"), client.RawPatch(types.MergePatchType, []byte(`{"spec":{"cancel":true}}`))), "forbidden")
 }
@@ -179,4 +190,47 @@ func TestFollowUpIdentityMakesOnlyFollowUps(t *testing.T) {
 	team := "alice-" + ns
 	bind(t, ns, "clawfarm-run-editor", user(team))
 	allowed(t, "a run creator creates a run with no follow-up labels", as(t, identity{user: team}).Create(ctx, newRun(ns, "mine")))
+}
+
+// RBAC lets the follow-up identity delete CronJobs; the policy keeps it to
+// the farm's, so a compromised follow-up Job cannot stop a team's backups.
+func TestFollowUpIdentityDeletesOnlyTheFarmsCronJobs(t *testing.T) {
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	bind(t, ns, "clawfarm-followup", saSubject(ns, followUpSA))
+	fu := as(t, serviceAccount(ns, followUpSA, "parent-fu-29000000-x7k2p"))
+	parent := makeRun(t, ns, "parent", farmv1.RunWaiting)
+
+	team := func(name string) *batchv1.CronJob {
+		return &batchv1.CronJob{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: batchv1.CronJobSpec{Schedule: "0 3 * * *",
+			JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+				RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "backup", Image: "backup:1"}}}}}}}}
+	}
+	for _, name := range []string{"probe", "backup"} {
+		if err := k8s.Create(ctx, team(name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const notFarms = "may delete only the farm's CronJobs"
+	inForce(t, "clawfarm-followup-cronjobs", notFarms, func() error { return fu.Delete(ctx, team("probe")) })
+	refused(t, "the follow-up identity deletes a team's CronJob", fu.Delete(ctx, team("backup")), notFarms+" (labelled farm.clawfarm.dev/kind followup or agent-job, with farm.clawfarm.dev/parent-uid); backup is not one")
+
+	// One labelled as a follow-up's but without the parent's UID is not the farm's either.
+	forged := team("forged")
+	forged.Labels = map[string]string{farmv1.LabelKind: farmv1.KindFollowUp}
+	if err := k8s.Create(ctx, forged); err != nil {
+		t.Fatal(err)
+	}
+	refused(t, "the follow-up identity deletes a CronJob labelled followup with no parent UID", fu.Delete(ctx, team("forged")), notFarms)
+
+	next, _ := followup.NextOf(parent)
+	cj, err := followup.WaitCronJob(parent, followup.ChildRun(parent, next, followup.WaitTrigger(parent, next, "")), time.Now().Add(time.Minute), followup.JobDefaults{Image: "manager:test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cj.Namespace = ns
+	if err := k8s.Create(ctx, cj); err != nil {
+		t.Fatal(err)
+	}
+	allowed(t, "the follow-up identity deletes a WAIT follow-up's CronJob", fu.Delete(ctx, &batchv1.CronJob{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: cj.Name}}))
 }
