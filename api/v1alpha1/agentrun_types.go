@@ -370,6 +370,7 @@ type AgentRunSpec struct {
 	// Trigger is the opening message: what woke the agent.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=16384
+	// +kubebuilder:validation:XValidation:rule=`!self.contains('\u0000')`,message="trigger may not contain a NUL character: it reaches the loop pod as an environment variable, which cannot hold one"
 	Trigger string `json:"trigger"`
 
 	// QueueMode is how the run meets other runs for the same rig: queue
@@ -405,6 +406,7 @@ type AgentRunSpec struct {
 
 	// SystemPromptAppend is appended to the system prompt, last.
 	// +kubebuilder:validation:MaxLength=16384
+	// +kubebuilder:validation:XValidation:rule=`!self.contains('\u0000')`,message="systemPromptAppend may not contain a NUL character: it reaches the loop pod as an environment variable, which cannot hold one"
 	// +optional
 	SystemPromptAppend string `json:"systemPromptAppend,omitempty"`
 

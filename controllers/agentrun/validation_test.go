@@ -82,6 +82,8 @@ func TestBadManifestsAreRejected(t *testing.T) {
 		{"no rig", run("  trigger: go\n" + model), "set exactly one of rigRef"},
 		{"both rigs", run("  trigger: go\n  rigRef: {name: a}\n  rigSelector: {matchLabels: {a: b}}\n" + model), "set exactly one of rigRef"},
 		{"empty trigger", run("  trigger: ''\n  rigRef: {name: a}\n" + model), "spec.trigger"},
+		{"NUL in the trigger", run("  trigger: \"go\\0now\"\n  rigRef: {name: a}\n" + model), "trigger may not contain a NUL character"},
+		{"NUL in the prompt's tail", run("  trigger: go\n  rigRef: {name: a}\n  systemPromptAppend: \"be\\0kind\"\n" + model), "systemPromptAppend may not contain a NUL character"},
 		{"no model", run("  trigger: go\n  rigRef: {name: a}\n"), "spec.model"},
 		{"unknown provider", run("  trigger: go\n  rigRef: {name: a}\n  model: {name: m, provider: skynet}\n"), "spec.model.provider"},
 		{"compatible without URL", run("  trigger: go\n  rigRef: {name: a}\n  model: {name: m, provider: openai-compatible}\n"), "baseURL is required"},

@@ -62,7 +62,10 @@ func WaitTrigger(parent *farmv1.AgentRun, n Next, context string) string {
 		fmt.Fprintf(&b, "What it asked you to check now: %s\n", context)
 	}
 	fmt.Fprintf(&b, "The task it was working on:\n%s", OriginalTask(parent))
-	return Clip(b.String(), MaxTriggerBytes)
+	// The recap and the context are the model's words: a NUL in them would
+	// make the follow-up a run the API server refuses (a trigger reaches
+	// the loop as an environment variable, which cannot hold one).
+	return Clip(strings.ReplaceAll(b.String(), "\x00", ""), MaxTriggerBytes)
 }
 
 // OriginalTask strips earlier follow-up preambles so chains do not nest triggers.

@@ -223,3 +223,15 @@ func TestFollowUpJobsCarryTheManagersPodSettings(t *testing.T) {
 		}
 	}
 }
+
+// The model's recap and context may carry a NUL, which a trigger may not:
+// the follow-up's trigger leaves it out rather than be refused.
+func TestWaitTriggerDropsNULs(t *testing.T) {
+	parent := &farmv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Name: "ask", Namespace: "ns"}, Spec: farmv1.AgentRunSpec{Trigger: "Ask Ana."}}
+	parent.Status.Recap = "sent\x00 it"
+	n, _ := NextOf(parent)
+	got := WaitTrigger(parent, n, "her\x00 reply")
+	if strings.Contains(got, "\x00") || !strings.Contains(got, "Its recap: sent it") || !strings.Contains(got, "check now: her reply") {
+		t.Fatalf("trigger %q: want the recap and context without their NULs", got)
+	}
+}
