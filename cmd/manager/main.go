@@ -30,7 +30,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
@@ -402,14 +401,15 @@ func must(err error) {
 // metricsOptions serves the metrics endpoint as kubebuilder's secure
 // scaffold does: HTTPS, each caller's token reviewed and its right to get
 // /metrics checked by the API server (the chart's metrics-reader role
-// grants it), and HTTP/2 off (its rapid-reset and stream attacks).
+// grants it; metricsAuth), and HTTP/2 off (its rapid-reset and stream
+// attacks).
 func (f *managerFlags) metricsOptions() metricsserver.Options {
 	o := metricsserver.Options{BindAddress: *f.metricsAddr}
 	if !*f.metricsSecure {
 		return o
 	}
 	o.SecureServing = true
-	o.FilterProvider = filters.WithAuthenticationAndAuthorization
+	o.FilterProvider = metricsAuth
 	o.CertDir = *f.metricsCertDir
 	o.TLSOpts = []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }}
 	return o

@@ -26,7 +26,8 @@ import (
 )
 
 // The manager's metrics endpoint, as its flags make it by default, on a real
-// API server: HTTPS; no token → 401; a token whose subject may not get
+// API server: HTTPS; no token, a malformed one or one the API server did
+// not issue → 401 (not 500); a token whose subject may not get
 // /metrics → 403; Prometheus's token, bound to config/rbac's metrics-reader
 // role → the metrics. With --metrics-secure=false it is plain HTTP to all.
 func TestMetricsNeedAReader(t *testing.T) {
@@ -118,7 +119,9 @@ func TestMetricsNeedAReader(t *testing.T) {
 	for _, c := range []struct {
 		who, token string
 		want       int
-	}{{"no token", "", http.StatusUnauthorized}, {"a stranger", stranger, http.StatusForbidden}, {"prometheus", prometheus, http.StatusOK}} {
+	}{{"no token", "", http.StatusUnauthorized}, {"a malformed token", "not-a-token!", http.StatusUnauthorized},
+		{"a token the API server did not issue", prometheus[:len(prometheus)-4] + "AAAA", http.StatusUnauthorized},
+		{"a stranger", stranger, http.StatusForbidden}, {"prometheus", prometheus, http.StatusOK}} {
 		code, body := get("https://"+addr+"/metrics", c.token)
 		if code != c.want {
 			t.Errorf("%s: %d %q, want %d", c.who, code, body, c.want)
