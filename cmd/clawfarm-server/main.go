@@ -16,11 +16,14 @@ import (
 	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/internal/trace"
@@ -69,8 +72,18 @@ func run(ctx context.Context, args []string) error {
 	if err := farmv1.AddToScheme(scheme); err != nil {
 		return err
 	}
-	runs, err := cache.New(cfg, cache.Options{Scheme: scheme})
+	if err := corev1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	// The runs (the traces' index) and the attempt pods loop tokens are
+	// bound to: a writer is refused the moment its pod is gone.
+	runs, err := cache.New(cfg, cache.Options{Scheme: scheme, ByObject: map[client.Object]cache.ByObject{
+		&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{farmv1.LabelKind: "attempt"})},
+	}})
 	if err != nil {
+		return err
+	}
+	if _, err := runs.GetInformer(ctx, &corev1.Pod{}); err != nil {
 		return err
 	}
 	var store trace.Store
@@ -84,7 +97,9 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	srv := &trace.Server{Store: store, Runs: runs, Auth: trace.NewKubeAuthority(cs, f.Audience), Logf: logf}
+	auth := trace.NewKubeAuthority(cs, f.Audience)
+	auth.Pods = runs
+	srv := &trace.Server{Store: store, Runs: runs, Auth: auth, Logf: logf, MaxAttemptBytes: f.MaxAttemptBytes}
 
 	inf, err := runs.GetInformer(ctx, &farmv1.AgentRun{})
 	if err != nil {
@@ -108,7 +123,7 @@ func run(ctx context.Context, args []string) error {
 		}
 	}()
 	if !runs.WaitForCacheSync(ctx) {
-		return errors.New("the AgentRun cache did not sync")
+		return errors.New("the AgentRun and attempt-pod cache did not sync")
 	}
 	go sweepLoop(ctx, srv, f.Retention, f.Sweep)
 

@@ -26,7 +26,7 @@ func (loopPod) Writer(context.Context, string) (*trace.Writer, error) {
 func (loopPod) Reader(context.Context, string) (*trace.Reader, error) {
 	return nil, trace.ErrUnauthenticated
 }
-func (loopPod) CanRead(context.Context, *trace.Reader, string) (bool, error) { return false, nil }
+func (loopPod) Can(context.Context, *trace.Reader, string, string) (bool, error) { return false, nil }
 
 func tokenFile(t *testing.T) string {
 	t.Helper()

@@ -14,9 +14,11 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/internal/contract"
@@ -45,6 +47,7 @@ type Writer struct {
 	RunUID         types.UID
 	Attempt        int
 	Pod            string
+	PodUID         types.UID
 }
 
 // Reader is a person (or program) reading traces.
@@ -53,6 +56,10 @@ type Reader struct {
 	UID    string
 	Groups []string
 	Extra  map[string]authzv1.ExtraValue
+	// Attempt is set when the token is bound to a loop's attempt pod: it
+	// reads that attempt's trace and nothing else, whatever its RBAC (the
+	// loop may get every run of its namespace, to read its own).
+	Attempt *Writer
 }
 
 // Authority decides who is calling and what they may read.
@@ -61,8 +68,8 @@ type Authority interface {
 	Writer(ctx context.Context, token string) (*Writer, error)
 	// Reader authenticates a reader's token.
 	Reader(ctx context.Context, token string) (*Reader, error)
-	// CanRead says whether the reader may `get agentruns` in the namespace.
-	CanRead(ctx context.Context, r *Reader, namespace string) (bool, error)
+	// Can says whether the reader may verb (get, list) agentruns in the namespace.
+	Can(ctx context.Context, r *Reader, verb, namespace string) (bool, error)
 }
 
 // KubeAuthority asks the API server: a TokenReview for who is calling, the
@@ -74,6 +81,10 @@ type KubeAuthority struct {
 	Audience string
 	TTL      time.Duration
 	Now      func() time.Time
+	// Pods, when set, is read on every write (a watch-fed cache in
+	// clawfarm-server): a writer whose pod is gone, or was replaced, is
+	// refused at once rather than when its cached answer expires.
+	Pods client.Reader
 
 	mu      sync.Mutex
 	writers map[[32]byte]cached[*Writer]
@@ -150,7 +161,7 @@ func (a *KubeAuthority) review(ctx context.Context, token string, audiences []st
 func (a *KubeAuthority) Writer(ctx context.Context, token string) (*Writer, error) {
 	key := sha256.Sum256([]byte(token))
 	if w, ok := lookup(a, a.writers, key); ok {
-		return w, nil
+		return w, a.podLives(ctx, key, w)
 	}
 	st, err := a.review(ctx, token, []string{a.Audience})
 	if err != nil {
@@ -179,6 +190,26 @@ func (a *KubeAuthority) Writer(ctx context.Context, token string) (*Writer, erro
 	return w, nil
 }
 
+// podLives checks, with Pods, that a cached writer's pod still exists; a
+// writer whose pod is gone is forgotten.
+func (a *KubeAuthority) podLives(ctx context.Context, key [32]byte, w *Writer) error {
+	if a.Pods == nil {
+		return nil
+	}
+	var p corev1.Pod
+	err := a.Pods.Get(ctx, client.ObjectKey{Namespace: w.Namespace, Name: w.Pod}, &p)
+	switch {
+	case apierrors.IsNotFound(err) || (err == nil && p.UID != w.PodUID):
+		a.mu.Lock()
+		delete(a.writers, key)
+		a.mu.Unlock()
+		return fmt.Errorf("%w: the token's pod %s/%s was deleted", ErrForbidden, w.Namespace, w.Pod)
+	case err != nil:
+		return fmt.Errorf("the token's pod %s/%s: %w", w.Namespace, w.Pod, err)
+	}
+	return nil
+}
+
 // writerOf reads the attempt a loop pod runs.
 func writerOf(p *corev1.Pod) (*Writer, error) {
 	run, attempt := p.Labels[farmv1.LabelRun], p.Labels[farmv1.LabelAttempt]
@@ -188,7 +219,7 @@ func writerOf(p *corev1.Pod) (*Writer, error) {
 	}
 	for _, o := range p.OwnerReferences {
 		if o.Kind == "AgentRun" && o.Name == run && o.Controller != nil && *o.Controller {
-			return &Writer{Namespace: p.Namespace, Run: run, RunUID: o.UID, Attempt: n, Pod: p.Name}, nil
+			return &Writer{Namespace: p.Namespace, Run: run, RunUID: o.UID, Attempt: n, Pod: p.Name, PodUID: p.UID}, nil
 		}
 	}
 	return nil, fmt.Errorf("%w: pod %s/%s is not owned by AgentRun %s", ErrForbidden, p.Namespace, p.Name, run)
@@ -208,13 +239,26 @@ func (a *KubeAuthority) Reader(ctx context.Context, token string) (*Reader, erro
 	for k, v := range st.User.Extra {
 		r.Extra[k] = authzv1.ExtraValue(v)
 	}
+	if ns, _, ok := serviceAccount(st.User.Username); ok {
+		if pod := first(st.User.Extra[extraPodName]); pod != "" {
+			p, err := a.Client.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
+			if err != nil {
+				return nil, fmt.Errorf("%w: the token's pod %s/%s: %v", ErrForbidden, ns, pod, err)
+			}
+			if p.Labels[farmv1.LabelKind] == "attempt" {
+				if r.Attempt, err = writerOf(p); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
 	store(a, a.readers, key, r)
 	return r, nil
 }
 
-// CanRead asks for `get agentruns.farm.clawfarm.dev` in the namespace.
-func (a *KubeAuthority) CanRead(ctx context.Context, r *Reader, namespace string) (bool, error) {
-	key := r.UID + "\x00" + r.User + "\x00" + strings.Join(r.Groups, ",") + "\x00" + namespace
+// Can asks for `<verb> agentruns.farm.clawfarm.dev` in the namespace.
+func (a *KubeAuthority) Can(ctx context.Context, r *Reader, verb, namespace string) (bool, error) {
+	key := r.UID + "\x00" + r.User + "\x00" + strings.Join(r.Groups, ",") + "\x00" + verb + "\x00" + namespace
 	if ok, hit := lookup(a, a.access, key); hit {
 		return ok, nil
 	}
@@ -222,7 +266,7 @@ func (a *KubeAuthority) CanRead(ctx context.Context, r *Reader, namespace string
 		Spec: authzv1.SubjectAccessReviewSpec{
 			User: r.User, UID: r.UID, Groups: r.Groups, Extra: r.Extra,
 			ResourceAttributes: &authzv1.ResourceAttributes{
-				Namespace: namespace, Verb: "get", Group: farmv1.GroupVersion.Group, Resource: "agentruns",
+				Namespace: namespace, Verb: verb, Group: farmv1.GroupVersion.Group, Resource: "agentruns",
 			},
 		},
 	}, metav1.CreateOptions{})

@@ -3,6 +3,7 @@ package trace
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"time"
 )
 
@@ -14,6 +15,8 @@ type Flags struct {
 	Audience          string
 	CertFile, KeyFile string
 	Kubeconfig        string
+	// MaxAttemptBytes caps what one attempt may upload, events and screens.
+	MaxAttemptBytes int64
 	// S3 is the bucket to store traces in instead of StoreDir, when its
 	// Bucket is set; its credentials come from the environment.
 	S3 S3Config
@@ -30,6 +33,7 @@ func NewFlags(fs *flag.FlagSet) *Flags {
 	fs.StringVar(&f.CertFile, "tls-cert-file", "", "serve HTTPS with this certificate (with --tls-private-key-file)")
 	fs.StringVar(&f.KeyFile, "tls-private-key-file", "", "the certificate's key")
 	fs.StringVar(&f.Kubeconfig, "kubeconfig", "", "kubeconfig (default: in-cluster, then $KUBECONFIG)")
+	fs.Int64Var(&f.MaxAttemptBytes, "max-attempt-bytes", DefaultMaxAttemptBytes, "the most one attempt may upload, events and screens; past it an upload gets 413 and the rest stays in the rig's local trace")
 	fs.StringVar(&f.S3.Bucket, "s3-bucket", "", "store traces in this S3 bucket instead of --store-dir (credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)")
 	fs.StringVar(&f.S3.Endpoint, "s3-endpoint", "", "the S3-compatible endpoint, host[:port] (e.g. s3.amazonaws.com, minio.storage:9000)")
 	fs.StringVar(&f.S3.Region, "s3-region", "", "the bucket's region, if the endpoint needs one")
@@ -48,6 +52,9 @@ func (f *Flags) Check() error {
 	}
 	if (f.S3.Bucket == "") != (f.S3.Endpoint == "") {
 		return errors.New("--s3-bucket and --s3-endpoint go together")
+	}
+	if f.MaxAttemptBytes < MaxChunkBytes {
+		return fmt.Errorf("--max-attempt-bytes must be at least one chunk, %d", MaxChunkBytes)
 	}
 	if f.Audience == "" {
 		return errors.New("--audience must not be empty: loop tokens would be the API server's")

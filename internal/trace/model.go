@@ -145,6 +145,53 @@ func ParseScreen(file string) (Screen, bool) {
 // MaxLine bounds one event line; longer lines are counted as unreadable.
 const MaxLine = 1 << 20
 
+// lineReader yields the lines of a stream, each at most max bytes; a longer
+// line is skipped whole and reported as such, so one oversize event costs
+// that event and not the rest of the attempt.
+type lineReader struct {
+	r   *bufio.Reader
+	max int
+	buf []byte
+}
+
+func newLineReader(r io.Reader, max int) *lineReader {
+	return &lineReader{r: bufio.NewReaderSize(r, 64*1024), max: max}
+}
+
+// next returns the next line without its newline, or tooLong for a line
+// over max; nil and false at the end of the stream.
+func (l *lineReader) next() (line []byte, tooLong bool, err error) {
+	l.buf = l.buf[:0]
+	for {
+		frag, err := l.r.ReadSlice('\n')
+		if !tooLong {
+			if len(l.buf)+len(frag) > l.max+1 { // +1: the newline
+				tooLong, l.buf = true, l.buf[:0]
+			} else {
+				l.buf = append(l.buf, frag...)
+			}
+		}
+		switch {
+		case err == bufio.ErrBufferFull:
+			continue
+		case err == io.EOF:
+			if tooLong {
+				return nil, true, nil
+			}
+			if len(l.buf) == 0 {
+				return nil, false, nil
+			}
+			return l.buf, false, nil
+		case err != nil:
+			return nil, false, err
+		}
+		if tooLong {
+			return nil, true, nil
+		}
+		return bytes.TrimSuffix(l.buf, []byte("\n")), false, nil
+	}
+}
+
 // ReadAttempt assembles an attempt from its event stream and screen files.
 func ReadAttempt(n int, stream io.Reader, screenFiles []string) (*AttemptTrace, error) {
 	a := &AttemptTrace{N: n}
@@ -167,10 +214,20 @@ func ReadAttempt(n int, stream io.Reader, screenFiles []string) (*AttemptTrace, 
 		}
 		return t
 	}
-	sc := bufio.NewScanner(stream)
-	sc.Buffer(make([]byte, 64*1024), MaxLine)
-	for sc.Scan() {
-		line := bytes.TrimSpace(sc.Bytes())
+	lines := newLineReader(stream, MaxLine)
+	for {
+		raw, tooLong, err := lines.next()
+		if err != nil {
+			return a, fmt.Errorf("attempt %d: reading events: %w", n, err)
+		}
+		if raw == nil && !tooLong {
+			break
+		}
+		if tooLong {
+			a.Unreadable++
+			continue
+		}
+		line := bytes.TrimSpace(raw)
 		if len(line) == 0 {
 			continue
 		}
@@ -255,9 +312,6 @@ func ReadAttempt(n int, stream io.Reader, screenFiles []string) (*AttemptTrace, 
 				t.Plan = plan
 			}
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return a, fmt.Errorf("attempt %d: reading events: %w", n, err)
 	}
 	sort.SliceStable(a.Turns, func(i, j int) bool { return a.Turns[i].N < a.Turns[j].N })
 	for _, t := range a.Turns {

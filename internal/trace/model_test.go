@@ -42,3 +42,29 @@ func TestHeldCallsCarryTheirApproval(t *testing.T) {
 		t.Error("an unanswered request")
 	}
 }
+
+// An event line over MaxLine costs that line only: the turns before and
+// after it read as usual, and the page says one line was unreadable.
+func TestOversizeLineIsUnreadableAndTheRestReads(t *testing.T) {
+	var b bytes.Buffer
+	em := events.NewEmitter(&b, nil, func() time.Time { return time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC) })
+	em.Emit(events.ToolStart(1, "peek", "c1", []byte(`{}`)))
+	b.WriteString(`{"type":"text_delta","turn":1,"text":"` + strings.Repeat("x", MaxLine+10) + "\"}\n")
+	em.Emit(events.ToolStart(2, "tap", "c2", []byte(`{"bbox":[0.1,0.1,0.2,0.2]}`)))
+	b.WriteString(strings.Repeat("y", 3*MaxLine)) // a last line, oversize, with no newline
+	a, err := ReadAttempt(1, &b, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Unreadable != 2 || len(a.Turns) != 2 || a.Turns[1].Calls[0].Tool != "tap" {
+		t.Fatalf("unreadable %d, %d turns (%+v); want 2 unreadable and turns 1 and 2", a.Unreadable, len(a.Turns), a.Turns)
+	}
+
+	// A line of exactly MaxLine bytes is still read.
+	b.Reset()
+	pad := MaxLine - len(`{"type":"text_delta","turn":1,"text":""}`)
+	b.WriteString(`{"type":"text_delta","turn":1,"text":"` + strings.Repeat("z", pad) + "\"}\n")
+	if a, err = ReadAttempt(1, &b, nil); err != nil || a.Unreadable != 0 || len(a.Turns) != 1 || len(a.Turns[0].Text) != pad {
+		t.Fatalf("a line of MaxLine bytes: %v, unreadable %d, %d turns", err, a.Unreadable, len(a.Turns))
+	}
+}

@@ -42,12 +42,18 @@ func (s *Server) reader(h func(w http.ResponseWriter, r *http.Request, rc reader
 // run gets a run the reader may read. A run the reader may not read is
 // forbidden whether or not it exists.
 func (s *Server) run(ctx context.Context, rc readerCtx, ns, name string) (*farmv1.AgentRun, error) {
-	ok, err := s.Auth.CanRead(ctx, rc.who, ns)
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
-		return nil, fail(http.StatusForbidden, "%s may not get agentruns in namespace %s", rc.who.User, ns)
+	if at := rc.who.Attempt; at != nil {
+		if at.Namespace != ns || at.Run != name {
+			return nil, fail(http.StatusForbidden, "pod %s/%s's token reads the trace of %s/%s attempt %d only, not %s/%s", at.Namespace, at.Pod, at.Namespace, at.Run, at.Attempt, ns, name)
+		}
+	} else {
+		ok, err := s.Auth.Can(ctx, rc.who, "get", ns)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, fail(http.StatusForbidden, "%s may not get agentruns in namespace %s", rc.who.User, ns)
+		}
 	}
 	run := &farmv1.AgentRun{}
 	if err := s.Runs.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, run); err != nil {
@@ -98,15 +104,18 @@ func filterOf(r *http.Request) RunFilter {
 
 // runs lists the runs the reader may read, newest first.
 func (s *Server) runs(ctx context.Context, rc readerCtx, f RunFilter) ([]RunSummary, error) {
+	if at := rc.who.Attempt; at != nil {
+		return nil, fail(http.StatusForbidden, "pod %s/%s's token reads the trace of %s/%s attempt %d only; it lists no runs", at.Namespace, at.Pod, at.Namespace, at.Run, at.Attempt)
+	}
 	list := &farmv1.AgentRunList{}
 	var opts []client.ListOption
 	if f.Namespace != "" {
-		ok, err := s.Auth.CanRead(ctx, rc.who, f.Namespace)
+		ok, err := s.Auth.Can(ctx, rc.who, "list", f.Namespace)
 		if err != nil {
 			return nil, err
 		}
 		if !ok {
-			return nil, fail(http.StatusForbidden, "%s may not get agentruns in namespace %s", rc.who.User, f.Namespace)
+			return nil, fail(http.StatusForbidden, "%s may not list agentruns in namespace %s", rc.who.User, f.Namespace)
 		}
 		opts = append(opts, client.InNamespace(f.Namespace))
 	}
@@ -120,7 +129,7 @@ func (s *Server) runs(ctx context.Context, rc readerCtx, f RunFilter) ([]RunSumm
 		ok, seen := allowed[r.Namespace]
 		if !seen {
 			var err error
-			if ok, err = s.Auth.CanRead(ctx, rc.who, r.Namespace); err != nil {
+			if ok, err = s.Auth.Can(ctx, rc.who, "list", r.Namespace); err != nil {
 				return nil, err
 			}
 			allowed[r.Namespace] = ok
@@ -216,6 +225,9 @@ func (s *Server) attemptOf(r *http.Request, rc readerCtx) (*farmv1.AgentRun, int
 	n, err := strconv.Atoi(r.PathValue("n"))
 	if err != nil || n < 1 {
 		return nil, 0, "", fail(http.StatusBadRequest, "attempt %q is not a number from 1", r.PathValue("n"))
+	}
+	if at := rc.who.Attempt; at != nil && (at.Attempt != n || at.RunUID != run.UID) {
+		return nil, 0, "", fail(http.StatusForbidden, "pod %s/%s's token reads the trace of %s/%s attempt %d only, not attempt %d", at.Namespace, at.Pod, at.Namespace, at.Run, at.Attempt, n)
 	}
 	return run, n, attemptPrefix(run.Namespace, run.Name, run.UID, n), nil
 }

@@ -14,10 +14,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// Limits on what a loop may upload in one request.
+// Limits on what a loop may upload in one request, and by default in one
+// attempt: a 300-turn session with a 300 KB screen every turn and its
+// events is about 100 MB.
 const (
-	MaxChunkBytes  = 4 << 20
-	MaxScreenBytes = 16 << 20
+	MaxChunkBytes          = 4 << 20
+	MaxScreenBytes         = 16 << 20
+	DefaultMaxAttemptBytes = 256 << 20
 )
 
 // Server stores the traces loop pods upload and serves them to readers:
@@ -29,10 +32,14 @@ type Server struct {
 	Runs client.Reader
 	Auth Authority
 	Logf func(format string, args ...any)
+	// MaxAttemptBytes caps one attempt's uploads (DefaultMaxAttemptBytes
+	// when 0).
+	MaxAttemptBytes int64
 
-	live live
-	mux  *http.ServeMux
-	once sync.Once
+	live  live
+	usage usage
+	mux   *http.ServeMux
+	once  sync.Once
 }
 
 // Layout of the store: runs/<namespace>/<run>/<run uid>/a<attempt>/

@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/internal/testing/testenv"
@@ -422,5 +423,152 @@ func TestDeletedRunsTraceGoesAndRetentionBoundsTheRest(t *testing.T) {
 	}
 	if removed, _ = f.srv.Sweep(context.Background(), time.Hour, time.Now().Add(61*time.Minute)); removed != 1 {
 		t.Errorf("a trace past retention was kept")
+	}
+}
+
+// A loop pod's token for the API server reads its own attempt's trace and
+// nothing else: not the list of runs, not another run of its namespace,
+// not another attempt of its run — although the loop's RBAC lets it get
+// every run of the namespace (to read its own approvals and steers).
+func TestLoopTokenReadsOnlyItsOwnAttempt(t *testing.T) {
+	f := newFixture(t)
+	ns := env.Namespace(t)
+	makeSA(t, ns, "loop")
+	// The loop's role: get agentruns in its namespace.
+	ctx := context.Background()
+	if _, err := cs.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "loop"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{farmv1.GroupVersion.Group}, Resources: []string{"agentruns"}, Verbs: []string{"get"}}}},
+		metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "loop"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "loop"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "loop", Namespace: ns}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	run, other := makeRun(t, ns, "settings"), makeRun(t, ns, "other")
+	writeTok := attemptPod(t, run, 1, DefaultAudience)
+	otherTok := attemptPod(t, other, 1, DefaultAudience)
+	f.do("PUT", "/api/v1/runs/"+ns+"/settings/attempts/1/events/1-0", writeTok, []byte(fmt.Sprintf(session, ns+"/settings")))
+	f.do("PUT", "/api/v1/runs/"+ns+"/other/attempts/1/events/1-0", otherTok, []byte(fmt.Sprintf(session, ns+"/other")))
+	var pod corev1.Pod
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "settings-a1"}, &pod); err != nil {
+		t.Fatal(err)
+	}
+	apiTok := podToken(t, &pod, "") // the token the loop patches its progress with
+
+	code, body := f.do("GET", "/api/v1/runs/"+ns+"/settings/attempts/1/events", apiTok, nil)
+	if code != http.StatusOK || !strings.Contains(body, ns+"/settings") {
+		t.Errorf("its own attempt: %d %s", code, body)
+	}
+	for _, c := range []struct{ what, path string }{
+		{"the runs list", "/api/v1/runs"},
+		{"its namespace's runs list", "/api/v1/runs?namespace=" + ns},
+		{"the runs page", "/?namespace=" + ns},
+		{"another run of its namespace", "/api/v1/runs/" + ns + "/other"},
+		{"another run's events", "/api/v1/runs/" + ns + "/other/attempts/1/events"},
+		{"another attempt of its run", "/api/v1/runs/" + ns + "/settings/attempts/2/events"},
+	} {
+		code, body := f.do("GET", c.path, apiTok, nil)
+		if code != http.StatusForbidden || !strings.Contains(body, "settings-a1's token reads the trace of "+ns+"/settings attempt 1 only") {
+			t.Errorf("%s: %d %q, want 403 naming its own attempt", c.what, code, body)
+		}
+	}
+	// A reader who may get runs but not list them reads a run, lists none.
+	getOnly := "getter"
+	makeSA(t, ns, getOnly)
+	if _, err := cs.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: getOnly},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "loop"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: getOnly, Namespace: ns}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, getOnly,
+		&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, body := f.do("GET", "/api/v1/runs/"+ns+"/other/attempts/1/events", tr.Status.Token, nil); code != http.StatusOK {
+		t.Errorf("a reader with get: %d %s, want the events", code, body)
+	}
+	if code, body := f.do("GET", "/api/v1/runs?namespace="+ns, tr.Status.Token, nil); code != http.StatusForbidden || !strings.Contains(body, "may not list agentruns") {
+		t.Errorf("a reader without list lists: %d %s, want 403", code, body)
+	}
+}
+
+// A chunk or a screen is written once: the same bytes again (a retry) are
+// fine, other bytes under its name are refused, so a loop cannot rewrite
+// its attempt's trace. An attempt stores at most MaxAttemptBytes.
+func TestUploadsAreWrittenOnceAndCapped(t *testing.T) {
+	f := newFixture(t)
+	_, tok, base := settingsRun(t)
+	first := []byte(fmt.Sprintf(session, "x/settings"))
+	f.srv.MaxAttemptBytes = int64(len(first)) + 600
+	if code, body := f.do("PUT", base+"/events/1-0", tok, first); code != http.StatusNoContent {
+		t.Fatalf("first chunk: %d %s", code, body)
+	}
+	if code, body := f.do("PUT", base+"/events/1-0", tok, first); code != http.StatusNoContent {
+		t.Errorf("the same chunk again (a retry): %d %s, want 204", code, body)
+	}
+	if code, body := f.do("PUT", base+"/events/1-0", tok, []byte(doneLine)); code != http.StatusConflict || !strings.Contains(body, "stored already with other content") {
+		t.Errorf("other bytes under a stored chunk: %d %s, want 409", code, body)
+	}
+	shot := screenJPEG(t, 7)
+	if len(shot) > 600 {
+		f.srv.MaxAttemptBytes += int64(len(shot))
+	}
+	if code, body := f.do("PUT", base+"/screens/screen-t0001-1.jpg", tok, shot); code != http.StatusNoContent {
+		t.Fatalf("a screen: %d %s", code, body)
+	}
+	if code, body := f.do("PUT", base+"/screens/screen-t0001-1.jpg", tok, screenJPEG(t, 99)); code != http.StatusConflict {
+		t.Errorf("another image under a stored screen: %d %s, want 409", code, body)
+	}
+	big := []byte(`{"type":"text_delta","turn":1,"text":"` + strings.Repeat("x", 700) + "\"}\n")
+	code, body := f.do("PUT", base+"/events/1-1", tok, big)
+	if code != http.StatusRequestEntityTooLarge || !strings.Contains(body, "reached the server's cap") {
+		t.Errorf("a chunk past the attempt's cap: %d %s, want 413", code, body)
+	}
+	// A fresh server (a restart) counts what is stored, and still refuses.
+	restarted := &Server{Store: f.store, Runs: env.Client, Auth: f.srv.Auth, MaxAttemptBytes: f.srv.MaxAttemptBytes}
+	hs := httptest.NewServer(restarted)
+	defer hs.Close()
+	req, _ := http.NewRequest("PUT", hs.URL+base+"/events/1-2", bytes.NewReader(big))
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Errorf("after a restart, a chunk past the cap: %d, want 413", resp.StatusCode)
+	}
+	code, body = f.do("GET", base+"/events", viewer(t, strings.Split(base, "/")[4], strings.Split(base, "/")[4]), nil)
+	if code != http.StatusOK || body != string(first) {
+		t.Errorf("events after the refused writes: %d\n%s\nwant the first chunk only", code, body)
+	}
+}
+
+// With Pods, a writer is refused the moment its pod is gone, although the
+// authority cached its answer for a minute.
+func TestWriterIsRefusedOnceItsPodIsGone(t *testing.T) {
+	f := newFixture(t)
+	f.srv.Auth.(*KubeAuthority).Pods = env.Client
+	ns, tok, base := settingsRun(t)
+	if code, body := f.do("PUT", base+"/events/1-0", tok, []byte(fmt.Sprintf(session, ns+"/settings"))); code != http.StatusNoContent {
+		t.Fatalf("a write while the pod runs: %d %s", code, body)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "settings-a1"}}
+	if err := env.Client.Delete(context.Background(), pod, client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, body := f.do("PUT", base+"/events/1-1", tok, []byte(doneLine))
+		if code == http.StatusForbidden && strings.Contains(body, "settings-a1 was deleted") {
+			break
+		}
+		if code == http.StatusNoContent || time.Now().After(deadline) {
+			t.Fatalf("a write after the pod was deleted: %d %s, want 403", code, body)
+		}
+		time.Sleep(50 * time.Millisecond) // the pod object is going (envtest has no kubelet to finish it)
 	}
 }

@@ -1,10 +1,15 @@
 package trace
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"path"
 	"strconv"
+	"sync"
 )
 
 // chunkKey normalises a chunk name (<process start, ns>-<sequence>) so keys
@@ -55,8 +60,10 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 	return b, nil
 }
 
-// putChunk stores a piece of the event stream. Chunks are idempotent: a
-// retried upload replaces the same object.
+// putChunk stores a piece of the event stream. A chunk is written once: a
+// retried upload of the same bytes is answered as the first was, other
+// bytes under a stored chunk's name are refused (409), so an attempt's
+// trace cannot be rewritten, ended or not.
 func (s *Server) putChunk(w http.ResponseWriter, r *http.Request) {
 	id, n, err := s.writer(r)
 	if err != nil {
@@ -78,7 +85,7 @@ func (s *Server) putChunk(w http.ResponseWriter, r *http.Request) {
 		s.reply(w, fail(http.StatusBadRequest, "a chunk is whole lines: it must end with a newline"))
 		return
 	}
-	if err := s.Store.Put(r.Context(), key, body); err != nil {
+	if err := s.putOnce(r.Context(), prefix, key, body); err != nil {
 		s.reply(w, err)
 		return
 	}
@@ -108,10 +115,78 @@ func (s *Server) putScreen(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	prefix := attemptPrefix(id.Namespace, id.Run, id.RunUID, n)
-	if err := s.Store.Put(r.Context(), prefix+"screens/"+file, body); err != nil {
+	if err := s.putOnce(r.Context(), prefix, prefix+"screens/"+file, body); err != nil {
 		s.reply(w, err)
 		return
 	}
 	s.live.changed(prefix)
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// putOnce stores body under key, an object of the attempt at prefix, if
+// no object is there yet and the attempt stays within its cap; the same
+// bytes again are a retry, and succeed.
+func (s *Server) putOnce(ctx context.Context, prefix, key string, body []byte) error {
+	old, err := s.Store.Get(ctx, key)
+	switch {
+	case err == nil:
+		defer old.Close()
+		b, err := io.ReadAll(io.LimitReader(old, int64(len(body))+1))
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(b, body) {
+			return fail(http.StatusConflict, "%s is stored already with other content: an uploaded trace is not rewritten", path.Base(key))
+		}
+		return nil
+	case !errors.Is(err, ErrNotFound):
+		return err
+	}
+	max := s.MaxAttemptBytes
+	if max <= 0 {
+		max = DefaultMaxAttemptBytes
+	}
+	if err := s.usage.add(ctx, s.Store, prefix, int64(len(body)), max); err != nil {
+		return err
+	}
+	if err := s.Store.Put(ctx, key, body); err != nil {
+		s.usage.add(ctx, s.Store, prefix, -int64(len(body)), max)
+		return err
+	}
+	return nil
+}
+
+// usage counts the bytes each attempt stored, from the store's listing the
+// first time an attempt writes after the server starts.
+type usage struct {
+	mu    sync.Mutex
+	bytes map[string]int64
+}
+
+// maxAttemptsCounted bounds the map; past it the counts are dropped and
+// listed again as attempts write.
+const maxAttemptsCounted = 4096
+
+func (u *usage) add(ctx context.Context, st Store, prefix string, n, max int64) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.bytes == nil || len(u.bytes) >= maxAttemptsCounted {
+		u.bytes = map[string]int64{}
+	}
+	used, ok := u.bytes[prefix]
+	if !ok {
+		objs, err := st.List(ctx, prefix)
+		if err != nil {
+			return err
+		}
+		for _, o := range objs {
+			used += o.Size
+		}
+	}
+	if n > 0 && used+n > max {
+		u.bytes[prefix] = used
+		return fail(http.StatusRequestEntityTooLarge, "this attempt's trace has reached the server's cap of %d bytes (--max-attempt-bytes): the rest stays in the rig's local trace", max)
+	}
+	u.bytes[prefix] = used + n
+	return nil
 }

@@ -265,7 +265,7 @@ func (u *Uploader) send(it item) error {
 	switch {
 	case resp.StatusCode < 300:
 		return nil
-	case resp.StatusCode == http.StatusBadRequest || resp.StatusCode == http.StatusRequestEntityTooLarge:
+	case resp.StatusCode == http.StatusBadRequest || resp.StatusCode == http.StatusRequestEntityTooLarge || resp.StatusCode == http.StatusConflict:
 		return fmt.Errorf("%w: %s %s", errRefused, resp.Status, strings.TrimSpace(string(msg)))
 	}
 	// 401/403 may be a token not yet projected or a pod not yet visible:

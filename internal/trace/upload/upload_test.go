@@ -27,7 +27,7 @@ func (oneWriter) Writer(context.Context, string) (*trace.Writer, error) {
 func (oneWriter) Reader(context.Context, string) (*trace.Reader, error) {
 	return nil, trace.ErrUnauthenticated
 }
-func (oneWriter) CanRead(context.Context, *trace.Reader, string) (bool, error) {
+func (oneWriter) Can(context.Context, *trace.Reader, string, string) (bool, error) {
 	return false, nil
 }
 
