@@ -176,7 +176,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	wake = earliest(wake, rec.wake)
-	r.noteApproval(&run, rec.live)
+	r.noteApproval(ctx, &run, rec.live)
 	if rec.any {
 		if p := run.Status.Phase; (p.Finished() || p == farmv1.RunWaiting) && len(rec.live) == 0 {
 			released, err := r.releaseRig(ctx, &run, w)

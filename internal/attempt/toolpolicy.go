@@ -21,17 +21,12 @@ func ToolPolicySet(run *farmv1.AgentRun, all []farmv1.ToolPolicy) (toolpolicy.Se
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
 	for i := range sorted {
 		p := &sorted[i]
-		if p.Namespace != run.Namespace || p.DeletionTimestamp != nil {
-			continue
+		ok, err := PolicySelects(p, run)
+		if err != nil {
+			return toolpolicy.Set{}, err
 		}
-		if sel := p.Spec.RunSelector; sel != nil {
-			s, err := metav1.LabelSelectorAsSelector(sel)
-			if err != nil {
-				return toolpolicy.Set{}, fmt.Errorf("ToolPolicy %s: runSelector: %w", p.Name, err)
-			}
-			if !s.Matches(labels.Set(run.Labels)) {
-				continue
-			}
+		if !ok {
+			continue
 		}
 		set.Policies = append(set.Policies, convertToolPolicy(p))
 	}
@@ -42,6 +37,23 @@ func ToolPolicySet(run *farmv1.AgentRun, all []farmv1.ToolPolicy) (toolpolicy.Se
 		return toolpolicy.Set{}, err
 	}
 	return set, nil
+}
+
+// PolicySelects reports whether the ToolPolicy applies to the run: same
+// namespace, not being deleted, and its runSelector (none: every run)
+// matches the run's labels.
+func PolicySelects(p *farmv1.ToolPolicy, run *farmv1.AgentRun) (bool, error) {
+	if p.Namespace != run.Namespace || p.DeletionTimestamp != nil {
+		return false, nil
+	}
+	if sel := p.Spec.RunSelector; sel != nil {
+		s, err := metav1.LabelSelectorAsSelector(sel)
+		if err != nil {
+			return false, fmt.Errorf("ToolPolicy %s: runSelector: %w", p.Name, err)
+		}
+		return s.Matches(labels.Set(run.Labels)), nil
+	}
+	return true, nil
 }
 
 func convertToolPolicy(p *farmv1.ToolPolicy) toolpolicy.Policy {
