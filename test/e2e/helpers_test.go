@@ -41,6 +41,13 @@ const (
 	rigBadImage
 	rigLiveTrace
 	rigApproval
+	// Six rigs of one capped model account: see account_test.go.
+	rigCap0
+	rigCap1
+	rigCap2
+	rigCap3
+	rigCap4
+	rigCap5
 	// On the kubelet node (containerd): see kubelet_test.go.
 	rigKubeletDone
 	rigKubeletRestart

@@ -65,6 +65,7 @@ type Server struct {
 	kept   map[string]storedResponse // stored responses by id
 	cache  *promptCache              // prompt prefixes, for the cached tokens in usage
 	report ResponsesReport           // what the Responses wire saw
+	accts  accounts                  // requests per model key
 }
 
 // NewServer serves lib.
@@ -72,15 +73,20 @@ func NewServer(lib Library) *Server {
 	return &Server{lib: lib, now: time.Now, served: map[string]int{}, kept: map[string]storedResponse{}, cache: newPromptCache(maxCacheEntries)}
 }
 
-// Handler serves POST /v1/chat/completions, POST /v1/responses, POST /v1/messages and GET /v1/models.
+// Handler serves POST /v1/chat/completions, POST /v1/responses, POST /v1/messages and GET /v1/models,
+// and GET /api/sim/accounts (the requests per model key, Accounts).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/chat/completions", s.chatCompletions)
-	mux.HandleFunc("POST /v1/responses", s.responses)
-	mux.HandleFunc("POST /v1/messages", s.messages)
+	mux.HandleFunc("POST /v1/chat/completions", s.accts.count(s.chatCompletions))
+	mux.HandleFunc("POST /v1/responses", s.accts.count(s.responses))
+	mux.HandleFunc("POST /v1/messages", s.accts.count(s.messages))
 	mux.HandleFunc("GET /v1/models", s.models)
+	mux.HandleFunc("GET /api/sim/accounts", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, s.Accounts()) })
 	return mux
 }
+
+// Accounts are the requests served per model key, by AccountID.
+func (s *Server) Accounts() map[string]Account { return s.accts.snapshot() }
 
 func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
 	type model struct {
