@@ -40,7 +40,7 @@ type Phone struct {
 }
 
 // StateVolume is where the rig's state (memory, logs, jobs, skills, snapshots) lives.
-// Exactly one source may be set; none means hostPath /var/lib/clawfarm/rigs/<name> on the rig's node.
+// Exactly one source may be set; none means hostPath /var/lib/clawfarm/rigs/<namespace>/<name> on the rig's node.
 // +kubebuilder:validation:XValidation:rule="!(has(self.hostPath) && has(self.persistentVolumeClaim))",message="set at most one of stateVolume.hostPath and stateVolume.persistentVolumeClaim"
 type StateVolume struct {
 	// HostPath is a directory on the rig's node.

@@ -152,6 +152,10 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 		}
 	}
 	c.APIKey = strings.TrimSpace(getenv(contract.SettingModelAPIKey.Env))
+	if want := get(contract.SettingModelKeySHA256); want != "" && contract.KeySHA256(c.APIKey) != strings.ToLower(want) {
+		return c, fmt.Errorf("%s is not the model key the operator checked (%s): its Secret was replaced after the pod was made; refusing to send it to the model's endpoint",
+			contract.SettingModelAPIKey.Env, contract.SettingModelKeySHA256.Env)
+	}
 	if c.APIKey == "" && preset.NeedsKey {
 		return c, fmt.Errorf("%s is empty: the %s provider needs an API key (from the run's Secret)", contract.SettingModelAPIKey.Env, preset.Name)
 	}

@@ -250,6 +250,9 @@ func TestBadConfiguration(t *testing.T) {
 		{"negative budget", map[string]string{"CLAWFARM_MAX_INPUT_TOKENS": "-5"}, nil, "CLAWFARM_MAX_INPUT_TOKENS"},
 		{"bad run budget", map[string]string{"CLAWFARM_RUN_INPUT_TOKENS_LEFT": "lots"}, nil, "CLAWFARM_RUN_INPUT_TOKENS_LEFT"},
 		{"zero errors", map[string]string{"CLAWFARM_MAX_ERRORS": "0"}, nil, "CLAWFARM_MAX_ERRORS"},
+		// The key the kubelet gave is not the one the operator checked: its
+		// Secret was replaced by another of the same name after the pod was made.
+		{"a key that is not the one checked", map[string]string{"CLAWFARM_MODEL_KEY_SHA256": contract.KeySHA256("the-checked-key")}, nil, "CLAWFARM_MODEL_KEY_SHA256"},
 	}
 	for _, c := range cases {
 		logPath := filepath.Join(t.TempDir(), "termination-log")
@@ -283,6 +286,11 @@ func TestFlagWinsOverEnv(t *testing.T) {
 	}
 	if c.Trigger != "flag trigger" || c.MaxTurns != 7 || c.ContextWindow != contract.DefaultContextWindow || c.TerminationLog != contract.DefaultTerminationLog {
 		t.Errorf("config %+v", c.Settings)
+	}
+	// The key the operator checked, pinned by its hash, spaces and case aside.
+	env["CLAWFARM_MODEL_KEY_SHA256"] = strings.ToUpper(contract.KeySHA256(" " + key + "\n"))
+	if _, err := parseConfig(nil, func(k string) string { return env[k] }, &bytes.Buffer{}); err != nil {
+		t.Errorf("the pinned key itself: %v", err)
 	}
 }
 

@@ -214,6 +214,8 @@ func TestAttemptPodShape(t *testing.T) {
 		"CLAWFARM_MODEL_BASE_URL": "http://127.0.0.1:1/v1", "CLAWFARM_MAX_TURNS": "300", "CLAWFARM_SESSION_SECONDS": "3600",
 		"CLAWFARM_STATE_DIR": contract.StateMountPath, "CLAWFARM_SKILLS_DIRS": contract.SkillsMountRoot + "/shopping",
 		"CLAWFARM_DENY_TOOLS": "force_quit", "CLAWFARM_CONTEXT_WINDOW": "128000", "CLAWFARM_MODEL_API": "responses",
+		// The key the manager checked, pinned: the loop refuses another.
+		"CLAWFARM_MODEL_KEY_SHA256": contract.KeySHA256("s3cret"),
 	}
 	for k, v := range want {
 		if got := envOf(&pod, k); got != v {
@@ -235,8 +237,8 @@ func TestAttemptPodShape(t *testing.T) {
 			hostPath = v.HostPath.Path
 		}
 	}
-	if hostPath != "/var/lib/clawfarm/rigs/rig" {
-		t.Fatalf("state volume hostPath %q", hostPath)
+	if want := "/var/lib/clawfarm/rigs/" + ns + "/rig"; hostPath != want {
+		t.Fatalf("state volume hostPath %q, want %q (the namespace keeps same-named rigs apart)", hostPath, want)
 	}
 	// Printer-column fields and the RigLeased condition while running.
 	if got.Status.Rig != "rig" || got.Status.Attempt != 1 || !isTrueCond(got, farmv1.ConditionRigLeased) {

@@ -184,7 +184,7 @@ func (r *Reconciler) startAttempt(ctx context.Context, run *farmv1.AgentRun, w w
 	}
 	pod := attempt.BuildPod(attempt.Spec{
 		Run: run, Rig: w.rig, Attempt: next.Attempt, Retry: next.Retry, Resume: next.Resume, Defaults: r.Config.Loop,
-		ToolPolicies: policies,
+		ToolPolicies: policies, ModelKeySHA256: key.sha256,
 	})
 	created := false
 	err = r.Create(ctx, pod)

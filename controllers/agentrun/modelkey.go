@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +18,7 @@ import (
 	"github.com/clawfarm/clawfarm/internal/admission"
 	"github.com/clawfarm/clawfarm/internal/attempt"
 	"github.com/clawfarm/clawfarm/internal/conditions"
+	"github.com/clawfarm/clawfarm/internal/contract"
 )
 
 // keyCheck is what checking a run's model key found.
@@ -27,10 +30,14 @@ type keyCheck struct {
 	// account is the run's model account, its cap read from the same
 	// metadata (account.go).
 	account modelAccount
+	// sha256 pins the key the check saw (contract.KeySHA256): the loop
+	// refuses to start with another, as the kubelet resolves the Secret
+	// only when the container starts.
+	sha256 string
 }
 
 // checkModelKey reads the Secret the run's spec.model.apiKeySecretRef names
-// (its metadata only, around the cache: the manager keeps no Secrets). Only
+// (around the cache: the manager keeps no Secrets). Only
 // a Secret labelled farm.clawfarm.dev/model-key=true can be a model key, or
 // a run creator could have the loop send any Secret of the namespace to the
 // model's endpoint; and the check is made when the pod is about to be made,
@@ -41,20 +48,27 @@ func (r *Reconciler) checkModelKey(ctx context.Context, run *farmv1.AgentRun) (k
 	if ref == nil {
 		return keyCheck{}, nil
 	}
-	meta := &metav1.PartialObjectMetadata{}
-	meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
-	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: ref.Name}, meta)
+	secret := &corev1.Secret{}
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: ref.Name}, secret)
 	switch {
 	case apierrors.IsNotFound(err):
 		return keyCheck{missing: true}, nil
 	case err != nil:
 		return keyCheck{}, fmt.Errorf("read the model key Secret %s: %w", ref.Name, err)
 	}
-	secret := &corev1.Secret{ObjectMeta: meta.ObjectMeta}
 	if err := admission.CheckModelKeySecret(secret); err != nil {
 		return keyCheck{refused: "spec.model.apiKeySecretRef: " + err.Error()}, nil
 	}
-	return keyCheck{account: accountFrom(ref.Name, meta)}, nil
+	meta := &metav1.PartialObjectMetadata{ObjectMeta: secret.ObjectMeta}
+	check := keyCheck{account: accountFrom(ref.Name, meta)}
+	value, ok := secret.Data[ref.Key]
+	switch {
+	case ok:
+		check.sha256 = contract.KeySHA256(string(value))
+	case ref.Optional == nil || !*ref.Optional:
+		return keyCheck{refused: fmt.Sprintf("spec.model.apiKeySecretRef: Secret %s has no key %q (its keys: %s)", ref.Name, ref.Key, keysOf(secret))}, nil
+	}
+	return check, nil
 }
 
 // modelKeyPoll is how often a run whose model-key Secret does not exist
@@ -103,4 +117,17 @@ func keyFound(run *farmv1.AgentRun) {
 	}
 	conditions.True(&run.Status.Conditions, run.Generation, farmv1.ConditionModelKey, farmv1.ReasonModelKeyFound,
 		fmt.Sprintf("Secret %s exists and is labelled a model key", run.Spec.Model.APIKeySecretRef.Name))
+}
+
+// keysOf lists a Secret's keys, sorted, for a message.
+func keysOf(s *corev1.Secret) string {
+	keys := make([]string, 0, len(s.Data))
+	for k := range s.Data {
+		keys = append(keys, k)
+	}
+	if len(keys) == 0 {
+		return "none"
+	}
+	sort.Strings(keys)
+	return strings.Join(keys, ", ")
 }

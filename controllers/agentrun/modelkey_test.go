@@ -58,6 +58,18 @@ func TestModelKeyMustBeLabelled(t *testing.T) {
 	run.Spec.Model.APIKeySecretRef = &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "model-key"}, Key: "key"}
 	create(t, run)
 	waitPhase(t, ns, "labelled", farmv1.RunRunning)
+
+	// A labelled Secret without the key named fails the run at once, saying
+	// which keys it has, rather than leaving the pod to the kubelet.
+	makeRig(t, ns, "rig-2", nil)
+	run = newRun(ns, "wrong-key", "rig-2")
+	run.Spec.Model.APIKeySecretRef = &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "model-key"}, Key: "api-key"}
+	create(t, run)
+	got = waitPhase(t, ns, "wrong-key", farmv1.RunFailed)
+	if c := conditions.Get(got.Status.Conditions, farmv1.ConditionSucceeded); c == nil || c.Reason != farmv1.ReasonInvalidConfig ||
+		!strings.Contains(c.Message, `Secret model-key has no key "api-key" (its keys: key)`) {
+		t.Fatalf("Succeeded %+v, want InvalidConfig naming the missing key", c)
+	}
 }
 
 // The key is checked when the pod is about to be made, not when the run was

@@ -83,6 +83,8 @@ type Spec struct {
 	Defaults Defaults
 	// ToolPolicies are the ToolPolicies that select the run (ToolPolicySet).
 	ToolPolicies toolpolicy.Set
+	// ModelKeySHA256 pins the model key the operator checked (contract.KeySHA256).
+	ModelKeySHA256 string
 }
 
 // Settings is the loop configuration of an attempt, as the pod contract defines it.
@@ -129,6 +131,7 @@ func (s Spec) Settings() contract.Settings {
 		SystemPromptAppend:   run.Spec.SystemPromptAppend,
 		MaxOutputTokens:      int(run.Spec.Model.MaxOutputTokens),
 		ToolPolicies:         s.toolPolicies(),
+		ModelKeySHA256:       s.ModelKeySHA256,
 	}
 }
 
@@ -412,7 +415,9 @@ func stateVolume(rig *farmv1.DeviceRig) corev1.Volume {
 	case sv.HostPath != "":
 		v.HostPath = &corev1.HostPathVolumeSource{Path: sv.HostPath, Type: ptr.To(corev1.HostPathDirectoryOrCreate)}
 	default:
-		v.HostPath = &corev1.HostPathVolumeSource{Path: path.Join(DefaultRigStateRoot, rig.Name), Type: ptr.To(corev1.HostPathDirectoryOrCreate)}
+		// The namespace keeps same-named rigs of two namespaces on one node
+		// apart: each has its own memory, logs and traces.
+		v.HostPath = &corev1.HostPathVolumeSource{Path: path.Join(DefaultRigStateRoot, rig.Namespace, rig.Name), Type: ptr.To(corev1.HostPathDirectoryOrCreate)}
 	}
 	return v
 }

@@ -1,6 +1,8 @@
 package contract
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -26,6 +28,11 @@ var (
 	// the preset's wire.
 	SettingModelAPI       = Setting{"model-api", "CLAWFARM_MODEL_API", "the wire of an OpenAI-style provider: chat (Chat Completions), responses (the Responses API, stateless) or responses-chained (the Responses API on stored responses, which keep superseded screens); default responses for openai, chat for the others"}
 	SettingModelAPIKey    = Setting{"", "CLAWFARM_MODEL_API_KEY", "the API key, from a Secret (env only: never a flag, never printed)"}
+	// SettingModelKeySHA256 pins the key: the kubelet resolves the Secret
+	// when the container starts, and a Secret replaced after the manager
+	// checked it (an unlabelled one of the same name) must not reach the
+	// model's endpoint.
+	SettingModelKeySHA256 = Setting{"model-key-sha256", "CLAWFARM_MODEL_KEY_SHA256", "the SHA-256 (hex) of the model key the operator checked; the loop refuses to start with another"}
 	SettingContextWindow  = Setting{"context-window", "CLAWFARM_CONTEXT_WINDOW", "input budget in tokens"}
 	SettingMaxTurns       = Setting{"max-turns", "CLAWFARM_MAX_TURNS", "turn limit"}
 	SettingSessionSeconds = Setting{"session-seconds", "CLAWFARM_SESSION_SECONDS", "session budget in seconds"}
@@ -64,7 +71,7 @@ var (
 // AllSettings lists every setting in contract order.
 var AllSettings = []Setting{
 	SettingRun, SettingAttempt, SettingRigEndpoint, SettingTrigger,
-	SettingModelProvider, SettingModel, SettingModelBaseURL, SettingModelAPIKey,
+	SettingModelProvider, SettingModel, SettingModelBaseURL, SettingModelAPIKey, SettingModelKeySHA256,
 	SettingContextWindow, SettingMaxTurns, SettingSessionSeconds, SettingStateDir,
 	SettingSkillsDirs, SettingDenyTools, SettingResume, SettingTerminationLog,
 	SettingModelTimeout, SettingTraceURL, SettingTraceTokenFile, SettingTraceKeep,
@@ -152,6 +159,8 @@ type Settings struct {
 	ToolPolicies string
 	// Steered is how many steer messages the opening message carries.
 	Steered int
+	// ModelKeySHA256 is KeySHA256 of the key the operator checked; empty: no pin.
+	ModelKeySHA256 string
 }
 
 // Environ renders the settings as environment variables (name → value),
@@ -202,6 +211,7 @@ func (s Settings) Environ() []EnvVar {
 	add(SettingMaxOutputTokens, itoa(s.MaxOutputTokens))
 	add(SettingToolPolicies, s.ToolPolicies)
 	add(SettingSteered, itoa(s.Steered))
+	add(SettingModelKeySHA256, s.ModelKeySHA256)
 	return out
 }
 
@@ -251,4 +261,11 @@ func SplitList(v string) []string {
 		}
 	}
 	return out
+}
+
+// KeySHA256 is the hex SHA-256 of a model key as the loop reads it (spaces
+// around it trimmed): the operator puts it in SettingModelKeySHA256.
+func KeySHA256(key string) string {
+	sum := sha256.Sum256([]byte(strings.TrimSpace(key)))
+	return hex.EncodeToString(sum[:])
 }
