@@ -67,7 +67,7 @@ func TestModelAccountCap(t *testing.T) {
 	for i, r := range rigs {
 		n := 0
 		for _, s := range simState(t, r).Sessions {
-			if strings.HasPrefix(s.Run, "e2e-cap-") {
+			if strings.HasPrefix(s.Run, devcluster.RunNamespace+"/e2e-cap-") { // the loop names its run namespace/name
 				edges = append(edges, edge{s.FirstCall, 1}, edge{s.LastCall, -1})
 				n++
 			}
