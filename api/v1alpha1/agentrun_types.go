@@ -733,7 +733,8 @@ type AgentRunStatus struct {
 	// CompletionTime is when the run finished.
 	// +optional
 	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
-	// Conditions: RigLeased, Succeeded, FollowUpScheduled, Finished, AwaitingApproval.
+	// Conditions: RigLeased, Succeeded, FollowUpScheduled, Finished,
+	// AwaitingApproval, ModelKey, Joined, and kstatus's Reconciling and Stalled.
 	// +listType=map
 	// +listMapKey=type
 	// +optional

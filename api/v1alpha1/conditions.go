@@ -17,6 +17,15 @@ const (
 	// ReasonInProgress, ReasonWaiting, or the final phase (ReasonSucceeded,
 	// ReasonFailed, ReasonCancelled).
 	ConditionFinished = "Finished"
+	// ConditionReconciling and ConditionStalled are the conditions kstatus
+	// (sigs.k8s.io/cli-utils) and the GitOps tools built on it (Flux, Argo
+	// CD's health checks, kubectl wait on them) read: Reconciling is True
+	// while the run is not finished (the reason and message are Finished's),
+	// Stalled is True once it Failed (the reason and message are
+	// Succeeded's); a run that Succeeded or was Cancelled has neither True,
+	// and reads Current.
+	ConditionReconciling = "Reconciling"
+	ConditionStalled     = "Stalled"
 	// ConditionAwaitingApproval is True while the loop holds a tool call for
 	// a person's answer (status.progress.approval): kubectl claw approve or
 	// deny answers it, with the annotations internal/contract declares

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
@@ -119,5 +120,33 @@ func setFinished(st *farmv1.AgentRunStatus, gen int64) {
 		conditions.False(&st.Conditions, gen, farmv1.ConditionFinished, farmv1.ReasonWaiting, msg)
 	default:
 		conditions.False(&st.Conditions, gen, farmv1.ConditionFinished, farmv1.ReasonInProgress, "the run is "+string(phase)+how)
+	}
+	setKstatus(st, gen)
+}
+
+// setKstatus derives the conditions kstatus reads from Finished and
+// Succeeded: without them it counts a custom resource Current as soon as
+// it has a status, so a GitOps tool would call a run healthy while it runs.
+func setKstatus(st *farmv1.AgentRunStatus, gen int64) {
+	fin := conditions.Get(st.Conditions, farmv1.ConditionFinished)
+	if fin == nil {
+		return
+	}
+	if fin.Status == metav1.ConditionTrue {
+		conditions.False(&st.Conditions, gen, farmv1.ConditionReconciling, fin.Reason, fin.Message)
+	} else {
+		conditions.True(&st.Conditions, gen, farmv1.ConditionReconciling, fin.Reason, fin.Message)
+	}
+	if st.Phase == farmv1.RunFailed {
+		reason, msg := farmv1.ReasonFailed, fin.Message
+		if c := conditions.Get(st.Conditions, farmv1.ConditionSucceeded); c != nil {
+			reason = c.Reason
+			if c.Message != "" {
+				msg = c.Message
+			}
+		}
+		conditions.True(&st.Conditions, gen, farmv1.ConditionStalled, reason, msg)
+	} else {
+		conditions.False(&st.Conditions, gen, farmv1.ConditionStalled, fin.Reason, "the run has not failed")
 	}
 }
