@@ -26,8 +26,8 @@ var (
 	SettingModelBaseURL  = Setting{"model-base-url", "CLAWFARM_MODEL_BASE_URL", "base URL override"}
 	// SettingModelAPI is optional: an operator that does not set it gets
 	// the preset's wire.
-	SettingModelAPI       = Setting{"model-api", "CLAWFARM_MODEL_API", "the wire of an OpenAI-style provider: chat (Chat Completions), responses (the Responses API, stateless) or responses-chained (the Responses API on stored responses, which keep superseded screens); default responses for openai, chat for the others"}
-	SettingModelAPIKey    = Setting{"", "CLAWFARM_MODEL_API_KEY", "the API key, from a Secret (env only: never a flag, never printed)"}
+	SettingModelAPI    = Setting{"model-api", "CLAWFARM_MODEL_API", "the wire of an OpenAI-style provider: chat (Chat Completions), responses (the Responses API, stateless) or responses-chained (the Responses API on stored responses, which keep superseded screens); default responses for openai, chat for the others"}
+	SettingModelAPIKey = Setting{"", "CLAWFARM_MODEL_API_KEY", "the API key, from a Secret (env only: never a flag, never printed)"}
 	// SettingModelKeySHA256 pins the key: the kubelet resolves the Secret
 	// when the container starts, and a Secret replaced after the manager
 	// checked it (an unlabelled one of the same name) must not reach the
@@ -107,6 +107,10 @@ const (
 	// DefaultTraceAudience is the audience of the trace token: the trace
 	// server accepts no other, and the API server does not accept it.
 	DefaultTraceAudience = "clawfarm-trace"
+	// DefaultRigAudience is the audience of the token a loop presents to a
+	// rig gateway (internal/riggate): a token for the API server or the
+	// trace server is refused there, and the other way round.
+	DefaultRigAudience = "clawfarm-rig"
 	// TraceTokenPath is where the operator projects the trace token in a loop pod.
 	TraceTokenPath = "/var/run/secrets/clawfarm.dev/trace/token"
 )
