@@ -188,9 +188,12 @@ bench-scale: k8s ## Scale benchmark: 2,000 rigs on 20 nodes, 10,000 runs in one 
 chaos: k8s ## Chaos benchmark: 100 rigs, 500 runs, managers SIGKILLed, nodes cut off; every safety figure must be 0.
 	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh --print) CHAOS=full $(GO) test -v -run '^TestChaos$$' -count=1 -timeout 60m ./test/chaos/
 
-.PHONY: bench-engine
+.PHONY: bench-engine bench-gateway
 bench-engine: ## Engine benchmark: a 300-turn scripted session, the OpenAI wires (chat, Responses stateless and chained) side by side, and the prompt cache per wire and fold cadence.
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 30m ./internal/engine/...
+
+bench-gateway: k8s ## Rig gateway benchmark: what it adds to a rig call (median and p99, through it and straight to the rig).
+	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh --print) $(GO) test -run '^$$' -bench BenchmarkGatewayCall -benchtime 3000x -count 5 ./internal/riggate/
 
 .PHONY: ci
 ci: ## What .ci/run runs: gofmt, vet, staticcheck, vulncheck, the generated code, the chart, make test, make e2e; then each stage's time.
