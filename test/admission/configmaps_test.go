@@ -142,17 +142,8 @@ func TestFollowUpKeepsItsParentsConfigMaps(t *testing.T) {
 		return as(t, identity{user: carol}).Create(ctx, withConfigMaps(newRun(ns, "probe"), []string{"private-notes"}, nil))
 	})
 
-	next, _ := followup.NextOf(parent)
-	child := followup.ChildRun(parent, next, followup.WaitTrigger(parent, next, "check the reply"))
-	cj, err := followup.WaitCronJob(parent, child, time.Now().Add(time.Minute), followup.JobDefaults{Image: "manager:test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	req, err := followup.RequestOf(cj)
-	if err != nil {
-		t.Fatal(err)
-	}
-	name, err := followup.Create(ctx, fu, req, cj.Name+"-29000000")
+	req, jobName := waitFollowUpRequest(t, parent)
+	name, err := followup.Create(ctx, fu, req, jobName)
 	if err != nil {
 		t.Fatalf("the follow-up identity creates a follow-up naming its parent's ConfigMaps: %v", err)
 	}

@@ -16,6 +16,23 @@ import (
 	"github.com/clawfarm/clawfarm/internal/followup"
 )
 
+// waitFollowUpRequest is what the CronJob the controller makes for a WAIT
+// parent asks `manager followup` to create, and the name of its Job.
+func waitFollowUpRequest(t *testing.T, parent *farmv1.AgentRun) (followup.Request, string) {
+	t.Helper()
+	next, _ := followup.NextOf(parent)
+	child := followup.ChildRun(parent, next, followup.WaitTrigger(parent, next, "check the reply"))
+	cj, err := followup.WaitCronJob(parent, child, time.Now().Add(time.Minute), followup.JobDefaults{Image: "manager:test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := followup.RequestOf(cj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req, cj.Name + "-29000000"
+}
+
 // makeRun creates a run as the operator would see it: created, then its
 // status written by the manager (here the test's administrator).
 func makeRun(t *testing.T, ns, name string, phase farmv1.RunPhase) *farmv1.AgentRun {
@@ -123,22 +140,13 @@ func TestFollowUpIdentityMakesOnlyFollowUps(t *testing.T) {
 	inForce(t, "clawfarm-followup", onlyFollowUps, func() error { return fu.Create(ctx, newRun(ns, "probe")) })
 
 	// A WAIT follow-up, as the CronJob the controller makes asks for it.
-	next, _ := followup.NextOf(parent)
-	child := followup.ChildRun(parent, next, followup.WaitTrigger(parent, next, "check the reply"))
-	cj, err := followup.WaitCronJob(parent, child, time.Now().Add(time.Minute), followup.JobDefaults{Image: "manager:test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	req, err := followup.RequestOf(cj)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitRun, err := followup.Create(ctx, fu, req, cj.Name+"-29000000")
+	req, jobName := waitFollowUpRequest(t, parent)
+	waitRun, err := followup.Create(ctx, fu, req, jobName)
 	allowed(t, "manager followup creates a WAIT follow-up", err)
 
 	// An agent job's run, likewise.
 	job := contract.Job{Op: contract.JobCreate, ID: "water", Kind: contract.JobPeriodic, Schedule: "0 9 * * *", Description: "water the plants"}
-	cj, err = followup.AgentJobCronJob(parent, rig, job, time.Now(), followup.JobDefaults{Image: "manager:test"})
+	cj, err := followup.AgentJobCronJob(parent, rig, job, time.Now(), followup.JobDefaults{Image: "manager:test"})
 	if err != nil {
 		t.Fatal(err)
 	}

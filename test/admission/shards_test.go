@@ -149,21 +149,13 @@ func TestShardFollowUpsStayInTheirShard(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	next, _ := followup.NextOf(parent)
-	child := followup.ChildRun(parent, next, followup.WaitTrigger(parent, next, "check the reply"))
-	cj, err := followup.WaitCronJob(parent, child, time.Now().Add(time.Minute), followup.JobDefaults{Image: "manager:test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	req, err := followup.RequestOf(cj)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitRun, err := followup.Create(ctx, fu, req, cj.Name+"-29000000")
+	req, jobName := waitFollowUpRequest(t, parent)
+	waitRun, err := followup.Create(ctx, fu, req, jobName)
 	allowed(t, "manager followup creates a WAIT follow-up of a pool b run", err)
 
 	job := contract.Job{Op: contract.JobCreate, ID: "water", Kind: contract.JobPeriodic, Schedule: "0 9 * * *", Description: "water the plants"}
-	if cj, err = followup.AgentJobCronJob(parent, rig, job, time.Now(), followup.JobDefaults{Image: "manager:test"}); err != nil {
+	cj, err := followup.AgentJobCronJob(parent, rig, job, time.Now(), followup.JobDefaults{Image: "manager:test"})
+	if err != nil {
 		t.Fatal(err)
 	}
 	if req, err = followup.RequestOf(cj); err != nil {
