@@ -382,6 +382,11 @@ func TestChartServiceMonitor(t *testing.T) {
 	if dig(ep, "interval") != "15s" || dig(ep, "port") != "metrics" {
 		t.Errorf("endpoint %v", ep)
 	}
+	// The run counters' namespace label is the run's: Prometheus must keep
+	// it, not rename it exported_namespace under the manager's.
+	if dig(ep, "honorLabels") != true {
+		t.Errorf("endpoint %v, want honorLabels: true", ep)
+	}
 	// The endpoint is HTTPS and wants Prometheus's token, as the manager is told.
 	if dig(ep, "scheme") != "https" || dig(ep, "bearerTokenFile") == nil || !*chartManagerFlags(t, managerDeployment(t, objs)).metricsSecure {
 		t.Errorf("endpoint %v, want https with a bearer token, to a manager with --metrics-secure", ep)

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -38,6 +39,7 @@ import (
 	"github.com/clawfarm/clawfarm/internal/attempt"
 	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/followup"
+	"github.com/clawfarm/clawfarm/internal/version"
 )
 
 func main() {
@@ -344,6 +346,9 @@ func setup(mgr ctrl.Manager, s Settings) error {
 		Config: devicerig.Config{ProbeInterval: s.ProbeInterval, ProbeTimeout: s.ProbeTimeout, MaxConcurrentReconciles: s.RigWorkers},
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("devicerig controller: %w", err)
+	}
+	if err := metrics.Registry.Register(version.BuildInfo()); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
+		return err
 	}
 	return metrics.Registry.Register(agentrun.NewRunPhaseCollector(mgr.GetClient()))
 }

@@ -101,7 +101,7 @@ func TestDeviceRigStatusFollowsTheWorld(t *testing.T) {
 	if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "rig"}, &cur); err != nil {
 		t.Fatal(err)
 	}
-	failures := testenv.MetricValue(t, metrics.Registry, "clawfarm_rig_probe_failures_total")
+	failures := testenv.MetricValue(t, metrics.Registry, "clawfarm_rig_probe_failures_total", "namespace", ns, "rig", "rig")
 	patch := client.MergeFrom(cur.DeepCopy()) // the rig controller writes status meanwhile
 	cur.Spec.Endpoint.HealthURL = "http://127.0.0.1:1/api/status"
 	if err := env.Client.Patch(ctx, &cur, patch); err != nil {
@@ -111,7 +111,7 @@ func TestDeviceRigStatusFollowsTheWorld(t *testing.T) {
 		c := rigCondition(r, farmv1.ConditionEndpointReachable)
 		return c != nil && c.Status == metav1.ConditionFalse
 	})
-	if got := testenv.MetricValue(t, metrics.Registry, "clawfarm_rig_probe_failures_total"); got < failures+1 {
+	if got := testenv.MetricValue(t, metrics.Registry, "clawfarm_rig_probe_failures_total", "namespace", ns, "rig", "rig"); got < failures+1 {
 		t.Errorf("clawfarm_rig_probe_failures_total went %v → %v, want at least +1", failures, got)
 	}
 	if c := rigCondition(r, farmv1.ConditionEndpointReachable); c.Reason != farmv1.ReasonProbeFailed || !strings.Contains(c.Message, "127.0.0.1:1") {

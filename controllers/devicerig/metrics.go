@@ -1,6 +1,7 @@
 package devicerig
 
 import (
+	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,10 +16,12 @@ var (
 		Name: "clawfarm_rigs",
 		Help: "DeviceRigs by phase.",
 	}, []string{"phase"})
-	probeFailures = prometheus.NewCounter(prometheus.CounterOpts{
+	// probeFailures names the rig, so an alert can say which phone's
+	// server stopped answering; a deleted rig's series goes with it.
+	probeFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "clawfarm_rig_probe_failures_total",
-		Help: "Rig health probes that failed.",
-	})
+		Help: "Rig health probes that failed, by rig.",
+	}, []string{"namespace", "rig"})
 	rigsByPhase = &phaseBook{phases: map[string]farmv1.RigPhase{}}
 )
 
@@ -46,8 +49,12 @@ func (b *phaseBook) set(rig *farmv1.DeviceRig) {
 	rigsGauge.WithLabelValues(string(rig.Status.Phase)).Inc()
 }
 
-// forget drops a deleted rig from the gauge.
+// forget drops a deleted rig (namespace/name) from the gauge and its probe
+// failures' series.
 func (b *phaseBook) forget(key string) {
+	if ns, name, ok := strings.Cut(key, "/"); ok {
+		probeFailures.DeleteLabelValues(ns, name)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if old, ok := b.phases[key]; ok {

@@ -1,8 +1,10 @@
 package devicerig
 
 import (
+	"slices"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -39,4 +41,50 @@ func TestPhaseBookCountsRigs(t *testing.T) {
 	if u := gauge(farmv1.RigInUse) - inUse0; u != 0 {
 		t.Fatalf("after deleting a: InUse +%v, want 0", u)
 	}
+}
+
+// A rig's probe failures are its own series, and a deleted rig's series
+// leaves the registry with it.
+func TestProbeFailuresByRig(t *testing.T) {
+	book := &phaseBook{phases: map[string]farmv1.RigPhase{}}
+	probeFailures.WithLabelValues("metrics-test", "c").Inc()
+	probeFailures.WithLabelValues("metrics-test", "c").Inc()
+	probeFailures.WithLabelValues("metrics-test", "d").Inc()
+	if c, d := testutil.ToFloat64(probeFailures.WithLabelValues("metrics-test", "c")), testutil.ToFloat64(probeFailures.WithLabelValues("metrics-test", "d")); c != 2 || d != 1 {
+		t.Fatalf("failures c=%v d=%v, want 2 and 1", c, d)
+	}
+	book.forget("metrics-test/c")
+	if got := seriesOf(t, "metrics-test"); !slices.Equal(got, []string{"d"}) {
+		t.Fatalf("series after deleting rig c: %v, want [d]", got)
+	}
+	book.forget("metrics-test/d")
+	if got := seriesOf(t, "metrics-test"); len(got) != 0 {
+		t.Fatalf("series after deleting both rigs: %v, want none", got)
+	}
+}
+
+// seriesOf lists the rigs of namespace ns that have a probe-failures series
+// (the package's envtest suite adds its own rigs' series in other namespaces).
+func seriesOf(t *testing.T, ns string) []string {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(probeFailures)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rigs []string
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, p := range m.GetLabel() {
+				l[p.GetName()] = p.GetValue()
+			}
+			if l["namespace"] == ns {
+				rigs = append(rigs, l["rig"])
+			}
+		}
+	}
+	slices.Sort(rigs)
+	return rigs
 }

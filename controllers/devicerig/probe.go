@@ -191,7 +191,7 @@ func (r *Reconciler) probeIfDue(ctx context.Context, rig *farmv1.DeviceRig, now 
 	health, err := r.probe(ctx, rig)
 	r.probed.Store(key, now)
 	if err != nil {
-		probeFailures.Inc()
+		probeFailures.WithLabelValues(rig.Namespace, rig.Name).Inc()
 		st.Health = nil
 		conditions.False(&st.Conditions, gen, farmv1.ConditionEndpointReachable, farmv1.ReasonProbeFailed, err.Error())
 		conditions.Unknown(&st.Conditions, gen, farmv1.ConditionCalibrated, farmv1.ReasonUnknown, "the health route did not answer")
