@@ -34,10 +34,14 @@ GOTEST_FLAGS  ?=
 # fresh clone in another folder reuses the compiled tests.
 GOTEST_BUILD  ?= -trimpath
 TEST_SETS      = env RACE_PKGS="$(RACE_PKGS)" NOCACHE_PKGS="$(NOCACHE_PKGS)" hack/test-sets.sh
-# What the tests run on, built by `make k8s helm s3gw`; CLAWFARM_TEST_STRICT=1
-# makes a suite whose tool is missing fail instead of skipping.
+# What the tests run on, built by `make k8s helm s3gw node registry` (the
+# chaos test's kubelet host runs the node's binaries and pulls from a
+# registry it starts); CLAWFARM_TEST_STRICT=1 makes a suite whose tool is
+# missing fail instead of skipping.
+NODE_TOOLS     = CLAWFARM_NODE_BINS="$$(hack/build-node.sh --print)" RUNC="$$(hack/install-runc.sh --print)" \
+	CLAWFARM_REGISTRY="$$(hack/build-registry.sh --print)"
 TEST_TOOLS     = KUBEBUILDER_ASSETS="$$(hack/build-k8s.sh --print)" HELM="$$(hack/build-helm.sh --print)" \
-	VERSITYGW="$$(hack/build-versitygw.sh --print)" CLAWFARM_TEST_STRICT=1
+	VERSITYGW="$$(hack/build-versitygw.sh --print)" $(NODE_TOOLS) CLAWFARM_TEST_STRICT=1
 # hack/stage.sh times a stage for `make ci`'s table (CI_STAGES) and runs it.
 STAGE          = hack/stage.sh
 # What a vulnerability in the standard library does to `make vulncheck`: the
@@ -161,12 +165,12 @@ test-sets: ## Fail when RACE_PKGS or NOCACHE_PKGS names a package that is not th
 	@$(TEST_SETS) check
 
 .PHONY: test-plain
-test-plain: k8s helm s3gw test-sets ## Run the packages outside RACE_PKGS (half of make test).
+test-plain: k8s helm s3gw node registry test-sets ## Run the packages outside RACE_PKGS (half of make test).
 	@$(STAGE) test -- $(TEST_SETS) run plain cached -- env $(TEST_TOOLS) $(GO) test $(GOTEST_BUILD) $(GOTEST_FLAGS)
 	@$(STAGE) test -- $(TEST_SETS) run plain nocache -- env $(TEST_TOOLS) $(GO) test $(GOTEST_BUILD) $(GOTEST_FLAGS) -count=1
 
 .PHONY: test-race
-test-race: k8s helm s3gw test-sets ## Run the concurrent packages (RACE_PKGS) under the race detector (half of make test).
+test-race: k8s helm s3gw node registry test-sets ## Run the concurrent packages (RACE_PKGS) under the race detector (half of make test).
 	@$(STAGE) race -- $(TEST_SETS) run race cached -- env $(TEST_TOOLS) $(GO) test -race $(GOTEST_BUILD) $(GOTEST_FLAGS)
 	@$(STAGE) race -- $(TEST_SETS) run race nocache -- env $(TEST_TOOLS) $(GO) test -race $(GOTEST_BUILD) $(GOTEST_FLAGS) -count=1
 
@@ -185,8 +189,8 @@ bench-scale: k8s ## Scale benchmark: 2,000 rigs on 20 nodes, 10,000 runs in one 
 	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh --print) BENCH_SCALE=full $(GO) test -v -run '^TestBenchScale$$' -count=1 -timeout 90m ./test/bench/
 
 .PHONY: chaos
-chaos: k8s ## Chaos benchmark: 100 rigs, 500 runs, managers SIGKILLed, nodes cut off; every safety figure must be 0.
-	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh --print) CHAOS=full $(GO) test -v -run '^TestChaos$$' -count=1 -timeout 60m ./test/chaos/
+chaos: k8s node registry ## Chaos benchmark: 120 rigs (fake kubelet, rignode, kubelet), 500 runs, managers, kubelet and containerd SIGKILLed, nodes cut off; every safety figure must be 0.
+	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh --print) $(NODE_TOOLS) CHAOS=full $(GO) test -v -run '^TestChaos$$' -count=1 -timeout 60m ./test/chaos/
 
 .PHONY: bench-engine bench-gateway
 bench-engine: ## Engine benchmark: a 300-turn scripted session, the OpenAI wires (chat, Responses stateless and chained) side by side, and the prompt cache per wire and fold cadence.

@@ -12,7 +12,9 @@
 // controller fires WAIT follow-ups at their minute the way their Job would
 // (followup.Create, in-process). A few more rigs sit on a node run by a real
 // rignode, SIGKILLed and restarted, and paused, while its sessions — real
-// processes — run on (rignode_test.go).
+// processes — run on (rignode_test.go), and more on a node run by a real
+// kubelet and containerd, their sessions containers, the kubelet and
+// containerd SIGKILLed and restarted, the kubelet paused (kubelet_test.go).
 //
 // `make test` runs the short version (CHAOS unset, about 3 minutes);
 // `make chaos` the full one (CHAOS=full). Both print their figures and fail
@@ -44,6 +46,7 @@ import (
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/internal/admission"
 	"github.com/clawfarm/clawfarm/internal/contract"
+	"github.com/clawfarm/clawfarm/internal/dev/devcluster"
 	"github.com/clawfarm/clawfarm/internal/followup"
 	"github.com/clawfarm/clawfarm/internal/testing/fakekubelet"
 	"github.com/clawfarm/clawfarm/internal/testing/gobuild"
@@ -62,6 +65,11 @@ type scale struct {
 	// rignodeKillEvery and paused for pauseFor once pauseAt into the run.
 	rignodeRigs                         int
 	rignodeKillEvery, pauseAt, pauseFor time.Duration
+	// kubeletRigs more rigs sit on a node run by a real kubelet and
+	// containerd, one of the two SIGKILLed in turn every kubeletKillEvery
+	// (down 5 s), the kubelet paused for pauseFor once kubeletPauseAt in.
+	kubeletRigs                      int
+	kubeletKillEvery, kubeletPauseAt time.Duration
 	// accountCap caps the sessions of the model account the runs on the
 	// fake kubelet's even-numbered rigs use (docs/architecture.md, "Model
 	// accounts: a cap per key"): about half of what those rigs could run.
@@ -71,10 +79,12 @@ type scale struct {
 var (
 	short = scale{rigs: 12, runs: 48, killEvery: 10 * time.Second, partitionEvery: 15 * time.Second,
 		partitionMin: 10 * time.Second, partitionMax: 25 * time.Second, stuckTerminating: 20 * time.Second, deadline: 8 * time.Minute,
-		rignodeRigs: 3, rignodeKillEvery: 12 * time.Second, pauseAt: 30 * time.Second, pauseFor: 20 * time.Second, accountCap: 3}
+		rignodeRigs: 3, rignodeKillEvery: 12 * time.Second, pauseAt: 30 * time.Second, pauseFor: 20 * time.Second, accountCap: 3,
+		kubeletRigs: 3, kubeletKillEvery: 10 * time.Second, kubeletPauseAt: 45 * time.Second}
 	full = scale{rigs: 100, runs: 500, killEvery: 10 * time.Second, partitionEvery: 30 * time.Second,
 		partitionMin: 2 * time.Minute, partitionMax: 6 * time.Minute, stuckTerminating: 2 * time.Minute, deadline: 45 * time.Minute,
-		rignodeRigs: 10, rignodeKillEvery: 45 * time.Second, pauseAt: 3 * time.Minute, pauseFor: 2 * time.Minute, accountCap: 20}
+		rignodeRigs: 10, rignodeKillEvery: 45 * time.Second, pauseAt: 3 * time.Minute, pauseFor: 2 * time.Minute, accountCap: 20,
+		kubeletRigs: 10, kubeletKillEvery: 40 * time.Second, kubeletPauseAt: 5 * time.Minute}
 )
 
 const ns = "farm"
@@ -108,17 +118,24 @@ func TestChaos(t *testing.T) {
 		StringData: map[string]string{"key": "chaos"}}); err != nil {
 		t.Fatal(err)
 	}
-	agent := startRignode(t, env, t.TempDir())
+	dir := t.TempDir()
+	img := startImages(t, ctx, dir)
+	agent := startRignode(t, env, dir, img)
 	defer agent.stop()
 	for i := sc.rigs; i < sc.rigs+sc.rignodeRigs; i++ {
 		makeRignodeRig(t, env, agent, i)
 	}
+	node := startKubeletHost(t, ctx, env, dir, img)
+	defer node.stop()
+	for i := sc.rigs + sc.rignodeRigs; i < sc.allRigs(); i++ {
+		makeKubeletRig(t, env, node, i)
+	}
 
-	h := &harness{t: t, c: c, sc: sc, rng: rand.New(rand.NewPCG(1, 2)), cancelled: map[string]bool{}, agent: agent}
+	h := &harness{t: t, c: c, sc: sc, rng: rand.New(rand.NewPCG(1, 2)), cancelled: map[string]bool{}, agent: agent, node: node}
 	h.kubelet = &fakekubelet.Kubelet{Client: c, Script: h.script, Observe: h.observe, Workers: 16,
-		Foreign: func(node string) bool { return node == rignodeNode }}
+		Foreign: func(node string) bool { return node == rignodeNode || node == kubeletNode }}
 	go h.kubelet.Run(ctx)
-	managers := startManagers(t, env)
+	managers := startManagers(t, env, img)
 	defer managers.stop()
 
 	start := time.Now()
@@ -132,6 +149,8 @@ func TestChaos(t *testing.T) {
 	go h.partitionNodes(ctx)
 	go managers.killEvery(ctx, sc.killEvery)
 	go agent.faults(ctx, sc.rignodeKillEvery, sc.pauseAt, sc.pauseFor)
+	go node.faults(ctx, sc.kubeletKillEvery, sc.kubeletPauseAt, sc.pauseFor)
+	go node.watchRuntimes(ctx, c)
 
 	finished := h.waitAllFinished(ctx, start.Add(sc.deadline))
 	wall := time.Since(start)
@@ -145,7 +164,7 @@ func TestChaos(t *testing.T) {
 }
 
 // explain prints, for a failed benchmark, the pods of the runs that did not
-// finish and the end of rignode's log.
+// finish and the end of rignode's, the kubelet's and containerd's logs.
 func (h *harness) explain(runs []farmv1.AgentRun) {
 	for _, r := range runs {
 		if r.Status.Phase.Finished() {
@@ -159,6 +178,9 @@ func (h *harness) explain(runs []farmv1.AgentRun) {
 		}
 	}
 	fmt.Printf("---- rignode's log (last 80 lines):\n%s\n", h.agent.logTail(80))
+	for _, p := range []*devcluster.Proc{h.node.host.Kubelet(), h.node.host.Containerd()} {
+		fmt.Printf("---- %s (last 40 lines):\n%s\n", p.Log, p.Tail(40))
+	}
 }
 
 // harness holds the benchmark's decisions: how each pod ends, which runs
@@ -169,6 +191,7 @@ type harness struct {
 	sc      scale
 	kubelet *fakekubelet.Kubelet
 	agent   *agent
+	node    *kubeletHost
 
 	mu           sync.Mutex
 	rng          *rand.Rand
@@ -194,7 +217,7 @@ func (h *harness) intn(n int) int {
 func (h *harness) newRun(i int) *farmv1.AgentRun {
 	story := []string{"done", "fail", "stuck", "wait", "idle", "done", "wait", "done", "stuck", "done"}[i%10]
 	mode := []farmv1.QueueMode{9: farmv1.QueueModeSteer, 5: farmv1.QueueModeCollect, 8: farmv1.QueueModeCollect}[i%10]
-	rig := i % (h.sc.rigs + h.sc.rignodeRigs)
+	rig := i % h.sc.allRigs()
 	var key *corev1.SecretKeySelector
 	if rig%2 == 0 && rig < h.sc.rigs { // the fake kubelet's rigs: its ledger sees every session
 		key = &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: accountKey}, Key: "key"}
@@ -480,6 +503,10 @@ func (h *harness) progress(elapsed time.Duration, runs []farmv1.AgentRun, pendin
 	}
 }
 
+// allRigs counts the rigs of every kind: the fake kubelet's, rignode's and
+// the kubelet host's, numbered in that order.
+func (sc scale) allRigs() int { return sc.rigs + sc.rignodeRigs + sc.kubeletRigs }
+
 func rigName(i int) string  { return fmt.Sprintf("rig-%03d", i) }
 func nodeName(i int) string { return "node-" + rigName(i) }
 
@@ -507,11 +534,14 @@ type replicas struct {
 	procs  [2]*exec.Cmd
 	kills  int
 	logDir string
+	// loopImage is the loop pods' image.
+	loopImage string
 }
 
 // startManagers builds bin/manager and starts two replicas with leader
-// election, short leases so a SIGKILLed leader is replaced within seconds.
-func startManagers(t *testing.T, env *testenv.Env) *replicas {
+// election, short leases so a SIGKILLed leader is replaced within seconds,
+// the session image as the loop image.
+func startManagers(t *testing.T, env *testenv.Env, img *loopImage) *replicas {
 	t.Helper()
 	dir := t.TempDir()
 	bin := gobuild.Build(t, "../../cmd/manager")
@@ -523,7 +553,7 @@ func startManagers(t *testing.T, env *testenv.Env) *replicas {
 	if err := os.WriteFile(kcPath, kc, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	r := &replicas{t: t, bin: bin, env: append(os.Environ(), "KUBECONFIG="+kcPath), logDir: dir}
+	r := &replicas{t: t, bin: bin, env: append(os.Environ(), "KUBECONFIG="+kcPath), logDir: dir, loopImage: img.ref}
 	for i := range r.procs {
 		r.start(i)
 	}
@@ -539,7 +569,7 @@ func (r *replicas) start(i int) {
 		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=1s",
 		"--metrics-bind-address=0", "--health-probe-bind-address=0",
 		"--pod-startup-timeout=30s", "--node-lost-grace=5s", "--attempt-backoff=1s", "--rig-not-ready-grace=20s",
-		"--rig-probe-interval=2s", "--agentrun-workers=8", "--zap-log-level=error")
+		"--rig-probe-interval=2s", "--agentrun-workers=8", "--zap-log-level=error", "--loop-image="+r.loopImage)
 	cmd.Env, cmd.Stdout, cmd.Stderr = r.env, log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {

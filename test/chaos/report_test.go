@@ -108,12 +108,17 @@ func (h *harness) report(wall time.Duration, runs []farmv1.AgentRun) {
 	h.agent.mu.Lock()
 	agentKills, agentPauses := h.agent.kills, h.agent.pauses
 	h.agent.mu.Unlock()
-	fmt.Printf("\nclawfarm chaos: %d rigs (+%d on a real rignode), %d runs (+%d follow-ups), %d cancelled, %d pods deleted by a user,\n"+
+	h.node.mu.Lock()
+	kubeletKills, containerdKills, kubeletPauses := h.node.kubeletKills, h.node.containerdKills, h.node.pauses
+	h.node.mu.Unlock()
+	fmt.Printf("\nclawfarm chaos: %d rigs (+%d on a real rignode, +%d on a real kubelet), %d runs (+%d follow-ups), %d cancelled, %d pods deleted by a user,\n"+
 		"  %d manager SIGKILLs (every %s), %d node partitions (every %s, %s–%s each),\n"+
-		"  %d rignode SIGKILLs (every %s, down 5 s), %d rignode pauses (%s)\n",
-		h.sc.rigs, h.sc.rignodeRigs, h.sc.runs, len(runs)-h.sc.runs, cancels, kills, h.managerKills, h.sc.killEvery,
+		"  %d rignode SIGKILLs (every %s, down 5 s), %d rignode pauses (%s),\n"+
+		"  %d kubelet and %d containerd SIGKILLs (one every %s, down 5 s), %d kubelet pauses (%s)\n",
+		h.sc.rigs, h.sc.rignodeRigs, h.sc.kubeletRigs, h.sc.runs, len(runs)-h.sc.runs, cancels, kills, h.managerKills, h.sc.killEvery,
 		partitions, h.sc.partitionEvery, h.sc.partitionMin, h.sc.partitionMax,
-		agentKills, h.sc.rignodeKillEvery, agentPauses, h.sc.pauseFor)
+		agentKills, h.sc.rignodeKillEvery, agentPauses, h.sc.pauseFor,
+		kubeletKills, containerdKills, h.sc.kubeletKillEvery, kubeletPauses, h.sc.pauseFor)
 	figure := func(name string, bad []string) {
 		fmt.Printf("  %-44s %d", name, len(bad))
 		if len(bad) > 0 {
@@ -123,7 +128,8 @@ func (h *harness) report(wall time.Duration, runs []farmv1.AgentRun) {
 		fmt.Println()
 	}
 	figure("double sessions (the kubelet's process ledger)", double)
-	figure("double sessions (rignode rigs' locks)", h.agent.overlaps())
+	figure("double sessions (rignode rigs' locks)", lockLines(h.agent.rigsDir, overlapsFile))
+	figure("double sessions (kubelet rigs' locks)", lockLines(h.node.rigsDir, overlapsFile))
 	figure("lost runs (never finished)", lost)
 	figure("attempts recorded twice", countedTwice)
 	figure("attempts beyond maxAttempts", beyondMax)
@@ -135,6 +141,17 @@ func (h *harness) report(wall time.Duration, runs []farmv1.AgentRun) {
 	figure("joined runs their session does not list", joinedLost)
 	fmt.Printf("  %-44s %d collected, %d steered\n", "runs that joined a session", joins[string(farmv1.QueueModeCollect)], joins[string(farmv1.QueueModeSteer)])
 	fmt.Printf("  %-44s %d at most, cap %d, %d of its runs\n", "capped model account's sessions at once", mostKeyed, h.sc.accountCap, len(keyed))
+	rignodeSessions, kubeletSessions := len(lockLines(h.agent.rigsDir, sessionsFile)), len(lockLines(h.node.rigsDir, sessionsFile))
+	runtimes := h.node.runtimes()
+	fmt.Printf("  %-44s %d on rignode, %d on the kubelet host (its pods' runtimes: %v)\n", "sessions played by real processes", rignodeSessions, kubeletSessions, runtimes)
+	// The locks count nothing unless sessions ran there, and the kubelet
+	// host's ran as containerd's containers.
+	if rignodeSessions == 0 || kubeletSessions == 0 {
+		t.Errorf("sessions on rignode %d, on the kubelet host %d: the locks measured nothing", rignodeSessions, kubeletSessions)
+	}
+	if n := runtimes["containerd"]; n == 0 || len(runtimes) != 1 {
+		t.Errorf("the kubelet host's loop pods ran under %v; want containerd alone", runtimes)
+	}
 	fmt.Printf("  %-44s %.1f s\n", "wall time", wall.Seconds())
 	fmt.Printf("  %-44s %.1f\n", "runs per minute", float64(len(runs))/wall.Minutes())
 	if len(gaps) > 0 {

@@ -14,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 )
@@ -407,9 +408,27 @@ func TestKubeletNodeFiles(t *testing.T) {
 	kl := read(f.kubelet)
 	for _, want := range []string{"address: 127.0.0.1\n", "port: 17413\n", "readOnlyPort: 0\n", "failCgroupV1: false\n", `resolvConf: ""`,
 		"cgroupRoot: /" + cgroupRootOf(dir) + "\n", "containerRuntimeEndpoint: unix://" + dir + "/containerd.sock\n", `podLogsDir: "` + dir + `/pod-logs"`,
-		"anonymous: {enabled: false}", "- {key: " + farmv1.TaintRig + `, value: "true", effect: NoSchedule}`} {
+		"anonymous: {enabled: false}", "- {key: " + farmv1.TaintRig + `, value: "true", effect: NoSchedule}`,
+		`x509: {clientCAFile: "/pki/ca.crt"}`, `tlsCertFile: "/pki/n.crt"`, `tlsPrivateKeyFile: "/pki/n.key"`} {
 		if !strings.Contains(kl, want) {
 			t.Errorf("kubelet.yaml lacks %q:\n%s", want, kl)
+		}
+	}
+	// Without certificates (a node beside another API server, as the chaos
+	// benchmark starts): no client CA, and the kubelet signs its own.
+	own, err := writeNodeFiles(nodeFiles{Dir: dir + "-own", Taint: farmv1.TaintRig + "=true:NoSchedule", Port: 17414})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, file := range map[string]string{"with certificates": f.kubelet, "without": own.kubelet} {
+		var cfg map[string]any
+		if err := yaml.Unmarshal([]byte(read(file)), &cfg); err != nil {
+			t.Fatalf("kubelet.yaml %s is not YAML: %v", path, err)
+		}
+		_, hasCA := cfg["authentication"].(map[string]any)["x509"]
+		_, tls := cfg["tlsCertFile"]
+		if want := path == "with certificates"; hasCA != want || tls != want || cfg["authorization"].(map[string]any)["mode"] != "Webhook" {
+			t.Errorf("kubelet.yaml %s: x509 %v, tlsCertFile %v, authorization %v", path, hasCA, tls, cfg["authorization"])
 		}
 	}
 	if cgroupRootOf(dir) == cgroupRootOf(dir+"x") || bridgeOf(dir) == bridgeOf(dir+"x") {

@@ -86,6 +86,11 @@ func cgroupRootOf(nodeDir string) string { return "clawfarm-" + nodeTag(nodeDir)
 // bridgeOf is the pod bridge's name (at most 15 bytes, the kernel's limit).
 func bridgeOf(nodeDir string) string { return "cf" + nodeTag(nodeDir) }
 
+// NodeTools are the binaries a kubelet node runs: the kubelet
+// (hack/build-k8s.sh), containerd, its runc shim, ctr, the CNI plugins and
+// pause in Bins (hack/build-node.sh), and runc (hack/install-runc.sh).
+type NodeTools struct{ Kubelet, Bins, Runc string }
+
 // startKubeletNodes builds what is missing, pushes the sandbox image and
 // starts each kubelet node.
 func (c *Cluster) startKubeletNodes(ctx context.Context) error {
@@ -97,11 +102,11 @@ func (c *Cluster) startKubeletNodes(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	kubelet := filepath.Join(c.k8s, "kubelet")
-	if !exists(kubelet) {
-		return fmt.Errorf("%s is missing; run hack/build-k8s.sh", kubelet)
+	tools := NodeTools{Kubelet: filepath.Join(c.k8s, "kubelet"), Bins: bins, Runc: runc}
+	if !exists(tools.Kubelet) {
+		return fmt.Errorf("%s is missing; run hack/build-k8s.sh", tools.Kubelet)
 	}
-	pause, err := c.pushPause(ctx, filepath.Join(bins, "pause"))
+	pause, err := PushPause(ctx, c.RegistryHost(), tools)
 	if err != nil {
 		return fmt.Errorf("the sandbox image: %w", err)
 	}
@@ -109,92 +114,184 @@ func (c *Cluster) startKubeletNodes(ctx context.Context) error {
 	c.images["pause"] = pause
 	c.mu.Unlock()
 	for _, n := range c.kubeletNodes() {
-		if err := c.startKubeletNode(ctx, n, kubelet, bins, runc, pause); err != nil {
+		h := &KubeletHost{
+			Name: n.name, Dir: c.nodeDir(n.name), Kubeconfig: c.kubeconfigOf("node-" + n.name),
+			Tools: tools, Pause: pause, Registry: c.RegistryHost(), Port: n.port, Taint: n.taint, Labels: n.labels,
+			CA: c.pki.File("ca.crt"), Cert: c.pki.File("node-" + n.name + ".crt"), Key: c.pki.File("node-" + n.name + ".key"),
+			Client: c.Client, Run: c.run,
+		}
+		if err := h.Start(ctx); err != nil {
 			return fmt.Errorf("%s: %w", n.name, err)
 		}
 	}
 	return nil
 }
 
-// startKubeletNode starts a node's containerd and kubelet, joined with the
-// node's own client certificate (the Node authorizer and NodeRestriction
-// apply to it), then gives the node its address — the dev cluster acts as
-// its cloud provider — and waits for it to be Ready.
-func (c *Cluster) startKubeletNode(ctx context.Context, n node, kubelet, bins, runc, pause string) error {
-	dir := c.nodeDir(n.name)
+// KubeletHost is one real node: a containerd and a kubelet whose files stay
+// under Dir. The dev cluster's kubelet nodes are KubeletHosts; a test on an
+// API server of its own (the chaos benchmark's envtest) starts one the same
+// way, with its own kubeconfig, registry and sandbox image.
+type KubeletHost struct {
+	Name string
+	// Dir holds the node's configuration, containerd's and runc's state,
+	// the kubelet's root and the pods' logs; Start empties it first.
+	Dir string
+	// Kubeconfig is the kubelet's: a node's own client certificate where
+	// the API server runs the Node authorizer.
+	Kubeconfig string
+	Tools      NodeTools
+	// Pause is the sandbox image, Registry the plain-HTTP registry
+	// (host:port) the node pulls from.
+	Pause, Registry string
+	// Port is the kubelet's, on 127.0.0.1.
+	Port int
+	// Taint is the one taint the node registers with (key=value:Effect),
+	// Labels its labels (k=v,...).
+	Taint, Labels string
+	// CA verifies the clients of the kubelet's API (the API server's);
+	// Cert and Key are what it serves. Empty: no client certificates are
+	// accepted and the kubelet serves a certificate it signs itself.
+	CA, Cert, Key string
+	// Client initializes the node, as a cloud provider would.
+	Client client.Client
+	// Run starts one of the host's processes; nil: start, logging under Dir/logs.
+	Run func(name, bin string, args, env []string) (*Proc, error)
+
+	files               nodeFiles
+	containerd, kubelet *Proc
+}
+
+// Start writes the node's files and starts its containerd and kubelet,
+// then gives the node its address — acting as its cloud provider — and
+// waits for it to be Ready.
+func (h *KubeletHost) Start(ctx context.Context) error {
 	files, err := writeNodeFiles(nodeFiles{
-		Dir: dir, Bins: bins, Runc: runc, Pause: pause, Registry: c.RegistryHost(),
-		Port: n.port, Taint: n.taint, CA: c.pki.File("ca.crt"),
-		Cert: c.pki.File("node-" + n.name + ".crt"), Key: c.pki.File("node-" + n.name + ".key"),
+		Dir: h.Dir, Bins: h.Tools.Bins, Runc: h.Tools.Runc, Pause: h.Pause, Registry: h.Registry,
+		Port: h.Port, Taint: h.Taint, CA: h.CA, Cert: h.Cert, Key: h.Key,
 	})
 	if err != nil {
 		return err
 	}
+	h.files = files
 	// The kubelet wants its cgroup root in every hierarchy before it starts.
-	for _, h := range cgroupHierarchies() {
-		if err := os.MkdirAll(filepath.Join(h, cgroupRootOf(dir)), 0o755); err != nil {
+	for _, d := range cgroupHierarchies() {
+		if err := os.MkdirAll(filepath.Join(d, cgroupRootOf(h.Dir)), 0o755); err != nil {
 			return fmt.Errorf("the node's cgroup root: %w", err)
 		}
 	}
-	ctrd, err := c.run("containerd-"+n.name, filepath.Join(bins, "containerd"), []string{"--config=" + files.containerd},
-		[]string{"PATH=" + bins + ":" + os.Getenv("PATH")})
-	if err != nil {
+	if err := h.StartContainerd(ctx); err != nil {
 		return err
 	}
-	if err := waitFor(ctx, "containerd", 30*time.Second, []*Proc{ctrd}, func() error {
-		out, err := exec.CommandContext(ctx, filepath.Join(bins, "ctr"), "--address", files.socket, "version").CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("ctr version: %v: %s", err, strings.TrimSpace(string(out)))
-		}
-		return nil
-	}); err != nil {
+	if err := h.StartKubelet(); err != nil {
 		return err
 	}
-	kl, err := c.run("kubelet-"+n.name, kubelet, []string{
-		"--config=" + files.kubelet, "--kubeconfig=" + c.kubeconfigOf("node-"+n.name),
-		"--root-dir=" + filepath.Join(dir, "kubelet"), "--hostname-override=" + n.name,
-		// --node-ip refuses a loopback address: the node's address is set
-		// below, as a cloud provider would.
-		"--cloud-provider=external",
-		"--node-labels=" + n.labels,
-		"--v=1",
-	}, nil)
-	if err != nil {
-		return err
-	}
-	watch := []*Proc{ctrd, kl}
+	watch := []*Proc{h.containerd, h.kubelet}
 	var node corev1.Node
 	if err := waitFor(ctx, "the node registered", time.Minute, watch, func() error {
-		return c.Client.Get(ctx, client.ObjectKey{Name: n.name}, &node)
+		return h.Client.Get(ctx, client.ObjectKey{Name: h.Name}, &node)
 	}); err != nil {
 		return err
 	}
-	if err := c.initializeNode(ctx, n.name); err != nil {
+	if err := initializeNode(ctx, h.Client, h.Name); err != nil {
 		return err
 	}
 	return waitFor(ctx, "the node Ready", time.Minute, watch, func() error {
-		if err := c.Client.Get(ctx, client.ObjectKey{Name: n.name}, &node); err != nil {
+		if err := h.Client.Get(ctx, client.ObjectKey{Name: h.Name}, &node); err != nil {
 			return err
 		}
 		if !nodeReady(&node) {
-			return fmt.Errorf("node %s is not Ready", n.name)
+			return fmt.Errorf("node %s is not Ready", h.Name)
 		}
 		return nil
 	})
 }
 
+func (h *KubeletHost) run(name, bin string, args, env []string) (*Proc, error) {
+	if h.Run != nil {
+		return h.Run(name, bin, args, env)
+	}
+	return start(h.Dir, name, bin, args, env)
+}
+
+// StartContainerd starts the node's containerd (again, after a crash: the
+// shims kept the containers running, and it finds them) and waits until it
+// answers.
+func (h *KubeletHost) StartContainerd(ctx context.Context) error {
+	bins := h.Tools.Bins
+	p, err := h.run("containerd-"+h.Name, filepath.Join(bins, "containerd"), []string{"--config=" + h.files.containerd},
+		[]string{"PATH=" + bins + ":" + os.Getenv("PATH")})
+	if err != nil {
+		return err
+	}
+	h.containerd = p
+	return waitFor(ctx, "containerd", 30*time.Second, []*Proc{p}, func() error {
+		out, err := exec.CommandContext(ctx, filepath.Join(bins, "ctr"), "--address", h.files.socket, "version").CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("ctr version: %v: %s", err, strings.TrimSpace(string(out)))
+		}
+		return nil
+	})
+}
+
+// StartKubelet starts the node's kubelet (again, after a crash: it finds
+// its pods' containers in containerd and goes on with them).
+func (h *KubeletHost) StartKubelet() error {
+	args := []string{
+		"--config=" + h.files.kubelet, "--kubeconfig=" + h.Kubeconfig,
+		"--root-dir=" + filepath.Join(h.Dir, "kubelet"), "--hostname-override=" + h.Name,
+		// --node-ip refuses a loopback address: the node's address is set
+		// by initializeNode, as a cloud provider would.
+		"--cloud-provider=external",
+		"--node-labels=" + h.Labels,
+		"--v=1",
+	}
+	if h.Cert == "" {
+		args = append(args, "--cert-dir="+filepath.Join(h.Dir, "kubelet", "pki"))
+	}
+	p, err := h.run("kubelet-"+h.Name, h.Tools.Kubelet, args, nil)
+	if err != nil {
+		return err
+	}
+	h.kubelet = p
+	return nil
+}
+
+// Containerd and Kubelet are the node's processes, as last started.
+func (h *KubeletHost) Containerd() *Proc { return h.containerd }
+func (h *KubeletHost) Kubelet() *Proc    { return h.kubelet }
+
+// Stop stops the kubelet, then containerd and the node's containers, and
+// removes what the node made outside Dir (stopKubeletNode).
+func (h *KubeletHost) Stop(log func(string, ...any)) {
+	if h.kubelet != nil {
+		_ = syscall.Kill(h.kubelet.PID, syscall.SIGCONT) // a paused kubelet cannot stop
+		h.kubelet.Stop(10 * time.Second)
+	}
+	if h.containerd != nil {
+		_ = syscall.Kill(h.containerd.PID, syscall.SIGCONT)
+		stopContainerd(h.containerd, 10*time.Second, log)
+		return
+	}
+	runc, _ := exec.LookPath("runc")
+	stopKubeletNode(h.Dir, runc, log)
+}
+
+// Leftovers says what of the stopped node is still there (nodeLeftovers):
+// nothing, when it cleaned up as it should.
+func (h *KubeletHost) Leftovers() []string { return nodeLeftovers(h.Dir, h.Tools.Runc) }
+
 // initializeNode does a cloud provider's part for a kubelet started with
 // --cloud-provider=external: the node's InternalIP (127.0.0.1, which the
 // kubelet cannot set itself) and the end of the uninitialized taint.
-func (c *Cluster) initializeNode(ctx context.Context, name string) error {
+func initializeNode(ctx context.Context, c client.Client, name string) error {
 	return waitFor(ctx, "node "+name+" initialized", 30*time.Second, nil, func() error {
 		var node corev1.Node
-		if err := c.Client.Get(ctx, client.ObjectKey{Name: name}, &node); err != nil {
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, &node); err != nil {
 			return err
 		}
 		base := node.DeepCopy()
 		node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}, {Type: corev1.NodeHostName, Address: name}}
-		if err := c.Client.Status().Patch(ctx, &node, client.MergeFrom(base)); err != nil {
+		if err := c.Status().Patch(ctx, &node, client.MergeFrom(base)); err != nil {
 			return err
 		}
 		base = node.DeepCopy()
@@ -205,7 +302,7 @@ func (c *Cluster) initializeNode(ctx context.Context, name string) error {
 			}
 		}
 		node.Spec.Taints = keep
-		return c.Client.Patch(ctx, &node, client.MergeFrom(base))
+		return c.Patch(ctx, &node, client.MergeFrom(base))
 	})
 }
 
@@ -314,6 +411,13 @@ func cniConfig(nodeDir string) string {
 func kubeletConfig(f nodeFiles, cgroupRoot string) string {
 	key, rest, _ := strings.Cut(f.Taint, "=")
 	value, effect, _ := strings.Cut(rest, ":")
+	var x509, serving string
+	if f.CA != "" {
+		x509 = fmt.Sprintf("  x509: {clientCAFile: %q}\n", f.CA)
+	}
+	if f.Cert != "" {
+		serving = fmt.Sprintf("tlsCertFile: %q\ntlsPrivateKeyFile: %q\n", f.Cert, f.Key)
+	}
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 address: 127.0.0.1
@@ -323,11 +427,8 @@ healthzPort: 0
 authentication:
   anonymous: {enabled: false}
   webhook: {enabled: true}
-  x509: {clientCAFile: %q}
-authorization: {mode: Webhook}
-tlsCertFile: %q
-tlsPrivateKeyFile: %q
-containerRuntimeEndpoint: unix://%s
+%sauthorization: {mode: Webhook}
+%scontainerRuntimeEndpoint: unix://%s
 cgroupDriver: cgroupfs
 cgroupRoot: /%s
 failCgroupV1: false
@@ -341,7 +442,7 @@ imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: 100Mi, nodefs.available: 1%%, imagefs.available: 1%%, nodefs.inodesFree: 1%%}
 registerWithTaints:
 - {key: %s, value: %q, effect: %s}
-`, f.Port, f.CA, f.Cert, f.Key, f.socket, cgroupRoot, filepath.Join(f.Dir, "pod-logs"), key, value, effect)
+`, f.Port, x509, serving, f.socket, cgroupRoot, filepath.Join(f.Dir, "pod-logs"), key, value, effect)
 }
 
 // mountinfo is /proc/self/mountinfo, each line split into its fields.

@@ -45,17 +45,7 @@ func (c *Cluster) startRegistry(ctx context.Context) error {
 			return err
 		}
 	}
-	cfg := filepath.Join(c.Dir, "registry.yml")
-	if err := os.WriteFile(cfg, []byte(registryConfig(c.RegistryHost(), filepath.Join(c.Dir, "registry"))), 0o644); err != nil {
-		return err
-	}
-	proc, err := c.run("registry", bin, []string{"serve", cfg}, nil)
-	if err != nil {
-		return err
-	}
-	if err := waitFor(ctx, "the registry", 30*time.Second, []*Proc{proc}, func() error {
-		return httpOK(ctx, http.DefaultClient, "http://"+c.RegistryHost()+"/v2/")
-	}); err != nil {
+	if _, err := StartRegistry(ctx, bin, c.Dir, c.RegistryHost(), c.run); err != nil {
 		return err
 	}
 
@@ -81,6 +71,29 @@ func (c *Cluster) startRegistry(ctx context.Context) error {
 	return c.saveState()
 }
 
+// StartRegistry starts the Distribution registry bin serving plain HTTP on
+// addr (host:port), its blobs and configuration under dir, with run (nil:
+// start, logging under dir/logs), and waits until it answers.
+func StartRegistry(ctx context.Context, bin, dir, addr string, run func(name, bin string, args, env []string) (*Proc, error)) (*Proc, error) {
+	if run == nil {
+		run = func(name, bin string, args, env []string) (*Proc, error) { return start(dir, name, bin, args, env) }
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	cfg := filepath.Join(dir, "registry.yml")
+	if err := os.WriteFile(cfg, []byte(registryConfig(addr, filepath.Join(dir, "registry"))), 0o644); err != nil {
+		return nil, err
+	}
+	proc, err := run("registry", bin, []string{"serve", cfg}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return proc, waitFor(ctx, "the registry", 30*time.Second, []*Proc{proc}, func() error {
+		return httpOK(ctx, http.DefaultClient, "http://"+addr+"/v2/")
+	})
+}
+
 // registryConfig is the Distribution registry's configuration: plain HTTP
 // on loopback, blobs on disk, no access log.
 func registryConfig(addr, dir string) string {
@@ -100,17 +113,26 @@ http:
 `, dir, addr)
 }
 
-// pushPause packs the pause binary (hack/build-node.sh) as the sandbox
-// image every pod of the kubelet node starts with — registry.k8s.io cannot
-// be reached — pushes it and returns its reference by digest.
-func (c *Cluster) pushPause(ctx context.Context, bin string) (string, error) {
+// PushPause packs the pause binary (hack/build-node.sh) as the sandbox
+// image every pod of a kubelet node starts with — registry.k8s.io cannot
+// be reached — pushes it to registry and returns its reference by digest.
+func PushPause(ctx context.Context, registry string, tools NodeTools) (string, error) {
+	return PushBinary(ctx, registry+"/clawfarm/pause:dev", filepath.Join(tools.Bins, "pause"), "65535:65535")
+}
+
+// PushBinary packs one static binary as a one-layer image of this host's
+// platform — the binary at /<its name>, its entrypoint, run as user — pushes
+// it to the plain-HTTP registry of tag (host:port/repository:tag) and
+// returns the image's reference by digest.
+func PushBinary(ctx context.Context, tag, bin, user string) (string, error) {
 	b, err := os.ReadFile(bin)
 	if err != nil {
 		return "", err
 	}
+	base := filepath.Base(bin)
 	var layer bytes.Buffer
 	tw := tar.NewWriter(&layer)
-	if err := tw.WriteHeader(&tar.Header{Name: "pause", Mode: 0o755, Size: int64(len(b)), Typeflag: tar.TypeReg}); err != nil {
+	if err := tw.WriteHeader(&tar.Header{Name: base, Mode: 0o755, Size: int64(len(b)), Typeflag: tar.TypeReg}); err != nil {
 		return "", err
 	}
 	if _, err := tw.Write(b); err != nil {
@@ -135,12 +157,12 @@ func (c *Cluster) pushPause(ctx context.Context, bin string) (string, error) {
 	cf = cf.DeepCopy()
 	p := images.HostPlatform()
 	cf.OS, cf.Architecture = p.OS, p.Architecture
-	cf.Config = v1.Config{Entrypoint: []string{"/pause"}, User: "65535:65535"}
+	cf.Config = v1.Config{Entrypoint: []string{"/" + base}, User: user}
 	if img, err = mutate.ConfigFile(img, cf); err != nil {
 		return "", err
 	}
 	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
-	ref, err := name.NewTag(c.RegistryHost()+"/clawfarm/pause:dev", name.Insecure)
+	ref, err := name.NewTag(tag, name.Insecure)
 	if err != nil {
 		return "", err
 	}

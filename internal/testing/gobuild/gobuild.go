@@ -22,11 +22,15 @@ import (
 
 // Build builds the command pkg (an import path, or a directory relative to
 // the test's) into a temporary directory of t and returns the binary's path.
-func Build(t testing.TB, pkg string) string {
+// env (NAME=value) is added to go build's environment, e.g. CGO_ENABLED=0
+// for a static binary that goes into an image.
+func Build(t testing.TB, pkg string, env ...string) string {
 	t.Helper()
 	Inputs(t, pkg)
 	bin := filepath.Join(t.TempDir(), filepath.Base(pkg))
-	if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+	cmd := exec.Command("go", "build", "-o", bin, pkg)
+	cmd.Env = append(os.Environ(), env...)
+	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build %s: %v\n%s", pkg, err, out)
 	}
 	return bin
