@@ -387,15 +387,51 @@ func TestChartServiceMonitor(t *testing.T) {
 	if dig(ep, "honorLabels") != true {
 		t.Errorf("endpoint %v, want honorLabels: true", ep)
 	}
-	// The endpoint is HTTPS and wants Prometheus's token, as the manager is told.
-	if dig(ep, "scheme") != "https" || dig(ep, "bearerTokenFile") == nil || !*chartManagerFlags(t, managerDeployment(t, objs)).metricsSecure {
-		t.Errorf("endpoint %v, want https with a bearer token, to a manager with --metrics-secure", ep)
+	// The endpoint is HTTPS and wants a token, as the manager is told: the
+	// token of a ServiceAccount the chart binds to the metrics reader role,
+	// from a Secret in the ServiceMonitor's namespace (authorization, not
+	// the deprecated bearerTokenFile, which names a file of Prometheus's pod).
+	if dig(ep, "scheme") != "https" || dig(ep, "bearerTokenFile") != nil || !*chartManagerFlags(t, managerDeployment(t, objs)).metricsSecure {
+		t.Errorf("endpoint %v, want https with authorization, to a manager with --metrics-secure", ep)
+	}
+	if dig(ep, "authorization", "type") != "Bearer" || dig(ep, "authorization", "credentials", "name") != "t-clawfarm-metrics-scraper-token" ||
+		dig(ep, "authorization", "credentials", "key") != "token" {
+		t.Errorf("endpoint authorization %v, want the Bearer token in t-clawfarm-metrics-scraper-token", dig(ep, "authorization"))
+	}
+	tok := find(objs, "Secret", "farm", "t-clawfarm-metrics-scraper-token")
+	if tok == nil || tok["type"] != "kubernetes.io/service-account-token" ||
+		dig(tok, "metadata", "annotations", "kubernetes.io/service-account.name") != "t-clawfarm-metrics-scraper" {
+		t.Errorf("the scraper's token Secret %v", tok)
+	}
+	if find(objs, "ServiceAccount", "farm", "t-clawfarm-metrics-scraper") == nil {
+		t.Error("no scraper ServiceAccount for the token")
+	}
+	crb := find(objs, "ClusterRoleBinding", "", "t-clawfarm-metrics-scraper")
+	if crb == nil || dig(crb, "roleRef", "name") != "t-clawfarm-metrics-reader" || find(objs, "ClusterRole", "", "t-clawfarm-metrics-reader") == nil ||
+		dig(crb, "subjects").([]any)[0].(map[string]any)["name"] != "t-clawfarm-metrics-scraper" {
+		t.Errorf("the scraper's binding %v, want t-clawfarm-metrics-reader bound to t-clawfarm-metrics-scraper", crb)
+	}
+	// A Secret of the user's own: named, and nothing made for it.
+	own := renderChart(t, "--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.serviceMonitor.tokenSecret.name=prom-token",
+		"--set", "metrics.serviceMonitor.tokenSecret.key=jwt")
+	for _, o := range own {
+		if o["kind"] == "ServiceMonitor" {
+			if cred := dig(o, "spec", "endpoints").([]any)[0].(map[string]any)["authorization"]; dig(cred, "credentials", "name") != "prom-token" || dig(cred, "credentials", "key") != "jwt" {
+				t.Errorf("tokenSecret prom-token/jwt: authorization %v", cred)
+			}
+		}
+	}
+	if find(own, "ServiceAccount", "farm", "t-clawfarm-metrics-scraper") != nil || find(own, "Secret", "farm", "t-clawfarm-metrics-scraper-token") != nil {
+		t.Error("with tokenSecret.name set the chart still makes a scraper account")
 	}
 	plain := renderChart(t, "--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.secure=false")
 	for _, o := range plain {
 		if o["kind"] == "ServiceMonitor" && dig(o, "spec", "endpoints").([]any)[0].(map[string]any)["scheme"] != nil {
 			t.Errorf("metrics.secure=false still scrapes %v", dig(o, "spec", "endpoints"))
 		}
+	}
+	if find(plain, "ServiceAccount", "farm", "t-clawfarm-metrics-scraper") != nil {
+		t.Error("metrics.secure=false: a scraper account for plain HTTP")
 	}
 	if *chartManagerFlags(t, managerDeployment(t, plain)).metricsSecure {
 		t.Error("metrics.secure=false: the manager still serves HTTPS")
