@@ -145,7 +145,7 @@ chart-check: helm ## helm lint and helm template the chart; its schema must refu
 	$$(hack/build-helm.sh --print) template clawfarm charts/clawfarm --namespace clawfarm-system \
 		--set runs.namespaces='{farm-a,farm-b}' --set metrics.enabled=false --set manager.replicas=1 >/dev/null
 	$$(hack/build-helm.sh --print) template clawfarm charts/clawfarm --namespace clawfarm-system \
-		--set metrics.serviceMonitor.enabled=true --set metrics.dashboard.enabled=true --set manager.replicas=3 \
+		--set metrics.serviceMonitor.enabled=true --set metrics.prometheusRule.enabled=true --set metrics.dashboard.enabled=true --set manager.replicas=3 \
 		--set rignode.rbac.create=true --set 'rignode.rbac.subjects[0].kind=Group' --set 'rignode.rbac.subjects[0].name=system:nodes' \
 		--set 'imagePullSecrets[0].name=regcred' \
 		--set image.manager.digest=sha256:0000000000000000000000000000000000000000000000000000000000000000 >/dev/null

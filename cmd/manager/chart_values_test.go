@@ -501,6 +501,87 @@ func TestChartDashboardNamesOnlyExistingMetrics(t *testing.T) {
 	t.Logf("the dashboard uses %d of the %d exported series names", len(used), len(exported))
 }
 
+// The PrometheusRule's alerts read only series the operator exports, with
+// label values it sets (run and rig phases, attempt outcomes), and take
+// their thresholds from the values.
+func TestChartPrometheusRule(t *testing.T) {
+	t.Parallel()
+	if find(renderChart(t), "PrometheusRule", "", "t-clawfarm-alerts") != nil {
+		t.Error("a PrometheusRule by default: clusters without prometheus-operator would refuse the release")
+	}
+	objs := renderChart(t, "--set", "metrics.prometheusRule.enabled=true", "--set", "metrics.prometheusRule.labels.release=kube-prometheus-stack",
+		"--set", "metrics.prometheusRule.rigsNotReadyFor=7m", "--set", "metrics.prometheusRule.queuedFor=45m",
+		"--set-json", "metrics.prometheusRule.budgetExhaustedRatio=0.25")
+	pr := find(objs, "PrometheusRule", "farm", "t-clawfarm-alerts")
+	if pr == nil || pr["apiVersion"] != "monitoring.coreos.com/v1" || dig(pr, "metadata", "labels", "release") != "kube-prometheus-stack" {
+		t.Fatalf("PrometheusRule %v", pr)
+	}
+	known := map[string]map[string]bool{"phase": {}, "outcome": {}}
+	for _, p := range []farmv1.RunPhase{farmv1.RunPending, farmv1.RunQueued, farmv1.RunRunning, farmv1.RunRetrying, farmv1.RunWaiting,
+		farmv1.RunSucceeded, farmv1.RunFailed, farmv1.RunCancelled} {
+		known["phase"][string(p)] = true
+	}
+	for _, p := range []farmv1.RigPhase{farmv1.RigReady, farmv1.RigInUse, farmv1.RigNotReady, farmv1.RigOffline, farmv1.RigMaintenance} {
+		known["phase"][string(p)] = true
+	}
+	for _, o := range []string{farmv1.OutcomeDone, farmv1.OutcomeFail, farmv1.OutcomeWait, farmv1.OutcomeIdle, farmv1.OutcomeStuck,
+		farmv1.OutcomeBudget, farmv1.OutcomeNotRetryable, farmv1.OutcomeInvalidConfig, farmv1.OutcomeInfrastructure,
+		farmv1.OutcomeCancelled, farmv1.OutcomeStalled} {
+		known["outcome"][o] = true
+	}
+	matcher := regexp.MustCompile(`(\w+)=~?"([^"]*)"`)
+	exported := exportedMetrics(t)
+	alerts := map[string]map[string]any{}
+	for _, g := range dig(pr, "spec", "groups").([]any) {
+		for _, r := range dig(g, "rules").([]any) {
+			rule := r.(map[string]any)
+			name, _ := rule["alert"].(string)
+			expr, _ := rule["expr"].(string)
+			alerts[name] = rule
+			if dig(rule, "labels", "severity") == nil || dig(rule, "annotations", "summary") == nil || dig(rule, "annotations", "description") == nil {
+				t.Errorf("alert %s lacks a severity, a summary or a description: %v", name, rule)
+			}
+			names := promQLMetrics(expr)
+			if len(names) == 0 {
+				t.Errorf("alert %s: %q names no metric", name, expr)
+			}
+			for _, n := range names {
+				if !exported[n] {
+					t.Errorf("alert %s: %q names %s, which the operator does not export", name, expr, n)
+				}
+			}
+			for _, m := range matcher.FindAllStringSubmatch(expr, -1) {
+				for _, v := range strings.Split(m[2], "|") {
+					if values, ok := known[m[1]]; ok && !values[v] {
+						t.Errorf("alert %s: %s=%q is not a value the operator sets", name, m[1], v)
+					}
+				}
+			}
+		}
+	}
+	for name, want := range map[string]string{"ClawfarmRigsNotReady": "7m", "ClawfarmRunsQueuedWithoutProgress": "5m", "ClawfarmBudgetExhaustion": "15m"} {
+		if rule := alerts[name]; rule == nil || rule["for"] != want {
+			t.Errorf("alert %s: %v, want for: %s", name, rule, want)
+		}
+	}
+	if rule := alerts["ClawfarmStallWatchdogFiring"]; rule == nil || !strings.Contains(rule["expr"].(string), `outcome="Stalled"`) {
+		t.Errorf("no stall watchdog alert: %v", rule)
+	}
+	if e, _ := dig(alerts["ClawfarmRunsQueuedWithoutProgress"], "expr").(string); !strings.Contains(e, "[45m]") {
+		t.Errorf("queuedFor=45m: %q", e)
+	}
+	if e, _ := dig(alerts["ClawfarmBudgetExhaustion"], "expr").(string); !strings.HasSuffix(e, "> 0.25") {
+		t.Errorf("budgetExhaustedRatio=0.25: %q", e)
+	}
+	if _, stderr, err := renderChartErr(t, "--set", "metrics.prometheusRule.enabled=true", "--set", "metrics.enabled=false"); err == nil ||
+		!strings.Contains(stderr, "needs metrics.enabled") {
+		t.Errorf("alerts without metrics: err %v, %s", err, stderr)
+	}
+	if _, _, err := renderChartErr(t, "--set", "metrics.prometheusRule.budgetExhaustedRatio=2"); err == nil {
+		t.Error("budgetExhaustedRatio=2 rendered; the schema must refuse a share above 1")
+	}
+}
+
 // exportedMetrics reads the metric names the two controllers declare: the
 // Name of each prometheus Opts literal and the first argument of each
 // prometheus.NewDesc, with _bucket, _sum and _count for histograms.
