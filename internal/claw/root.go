@@ -122,7 +122,7 @@ Exit codes of run --wait, wait and cancel --wait:
 	root.PersistentFlags().DurationVar(&o.Poll, "poll-interval", time.Second, "how often a followed run's status is read")
 	_ = root.PersistentFlags().MarkHidden("poll-interval")
 	root.AddCommand(o.newRunCommand(), o.newWaitCommand(), o.newLogsCommand(), o.newCancelCommand(), o.newApproveCommand(), o.newDenyCommand(), o.newRigsCommand(),
-		o.newTraceCommand(), o.newUICommand())
+		o.newTraceCommand(), o.newUICommand(), o.newVersionCommand())
 	return root
 }
 

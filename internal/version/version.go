@@ -19,16 +19,16 @@ var Revision = ""
 
 // String is "<version> (<revision>)", or the version alone.
 func String() string {
-	rev := shortRevision()
+	rev := ShortRevision()
 	if rev == "" {
 		return Version
 	}
 	return Version + " (" + rev + ")"
 }
 
-// shortRevision is the stamped revision, else the toolchain's VCS stamp, cut
+// ShortRevision is the stamped revision, else the toolchain's VCS stamp, cut
 // to 12 characters; "" when neither is known.
-func shortRevision() string {
+func ShortRevision() string {
 	rev := Revision
 	if rev == "" {
 		if bi, ok := debug.ReadBuildInfo(); ok {
@@ -54,7 +54,7 @@ func BuildInfo() prometheus.Collector {
 		Name: "clawfarm_build_info",
 		Help: "The build of this process: 1, labelled with its version, revision and Go version.",
 		ConstLabels: prometheus.Labels{
-			"version": Version, "revision": shortRevision(), "goversion": runtime.Version(),
+			"version": Version, "revision": ShortRevision(), "goversion": runtime.Version(),
 		},
 	})
 	g.Set(1)
