@@ -14,7 +14,7 @@ CONTROLLER_GEN = $(GO) tool controller-gen
 # entry). test/bench and test/chaos are left out: their managers run as
 # processes of their own, built without -race.
 RACE_PKGS     ?= ./cmd/loop ./cmd/manager ./cmd/modelsim ./cmd/rignode ./cmd/rigsim \
-	./controllers/agentrun ./controllers/devicerig \
+	./controllers/agentrun ./controllers/devicerig ./controllers/toolpolicy \
 	./internal/claw ./internal/dev/devcluster ./internal/engine ./internal/engine/snapshot \
 	./internal/progress ./internal/provider/openai ./internal/rig ./internal/rignode ./internal/runinbox \
 	./internal/sim/modelsim ./internal/sim/rigsim ./internal/testing/fakekubelet \

@@ -182,6 +182,15 @@ const (
 	EventRigPhasePrefix = "Phase"
 )
 
+// Reasons of a ToolPolicy's Ready condition (ConditionReady).
+const (
+	// ReasonCompiled: the policy compiles as the loop would compile it.
+	ReasonCompiled = "Compiled"
+	// ReasonInvalidPolicy: a rule, a webhook or the runSelector is wrong;
+	// the message names each.
+	ReasonInvalidPolicy = "InvalidPolicy"
+)
+
 // Stable reasons of DeviceRig conditions.
 const (
 	ReasonNodeReady    = "NodeReady"

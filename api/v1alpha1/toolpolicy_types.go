@@ -197,17 +197,48 @@ func (s ToolPolicySpec) ApprovalTimeout() int32 {
 	return s.ApprovalTimeoutSeconds
 }
 
+// ToolPolicyStatus says whether the policy can be applied, as the loop
+// would compile it.
+type ToolPolicyStatus struct {
+	// ObservedGeneration is the generation the conditions describe.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Conditions: Ready is True (reason Compiled) when every rule's CEL,
+	// every webhook and the runSelector are valid, False (reason
+	// InvalidPolicy, the message naming each error) when not — a run the
+	// policy selects then fails InvalidConfig instead of starting. Stalled,
+	// which kstatus reads, is True with Ready False.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// Rules and Webhooks count what the policy holds.
+	// +optional
+	Rules int32 `json:"rules,omitempty"`
+	// +optional
+	Webhooks int32 `json:"webhooks,omitempty"`
+}
+
 // ToolPolicy blocks, allows or sends for approval the tool calls of the
 // AgentRuns it selects: CEL rules the loop evaluates, and webhooks it calls.
 // An attempt takes the policies that select its run when its pod is made.
 // +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=tp,categories=clawfarm
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Rules",type=integer,JSONPath=`.status.rules`
+// +kubebuilder:printcolumn:name="Webhooks",type=integer,JSONPath=`.status.webhooks`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ToolPolicy struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
 	Spec ToolPolicySpec `json:"spec,omitempty"`
+	// +optional
+	Status ToolPolicyStatus `json:"status,omitempty"`
 }
 
 // ToolPolicyList is a list of ToolPolicies.

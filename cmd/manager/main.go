@@ -36,6 +36,7 @@ import (
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/controllers/agentrun"
 	"github.com/clawfarm/clawfarm/controllers/devicerig"
+	"github.com/clawfarm/clawfarm/controllers/toolpolicy"
 	"github.com/clawfarm/clawfarm/internal/attempt"
 	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/followup"
@@ -346,6 +347,9 @@ func setup(mgr ctrl.Manager, s Settings) error {
 		Config: devicerig.Config{ProbeInterval: s.ProbeInterval, ProbeTimeout: s.ProbeTimeout, MaxConcurrentReconciles: s.RigWorkers},
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("devicerig controller: %w", err)
+	}
+	if err := (&toolpolicy.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("toolpolicy controller: %w", err)
 	}
 	if err := metrics.Registry.Register(version.BuildInfo()); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
 		return err

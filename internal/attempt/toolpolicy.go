@@ -79,3 +79,20 @@ func convertToolPolicy(p *farmv1.ToolPolicy) toolpolicy.Policy {
 	}
 	return out
 }
+
+// CheckToolPolicy checks one ToolPolicy as an attempt would take it: its
+// runSelector, every rule's CEL and every webhook compiled, and the policy
+// small enough for a pod. The error names each thing that is wrong.
+func CheckToolPolicy(p *farmv1.ToolPolicy) error {
+	if sel := p.Spec.RunSelector; sel != nil {
+		if _, err := metav1.LabelSelectorAsSelector(sel); err != nil {
+			return fmt.Errorf("ToolPolicy %s: runSelector: %w", p.Name, err)
+		}
+	}
+	set := toolpolicy.Set{Policies: []toolpolicy.Policy{convertToolPolicy(p)}}
+	if _, err := toolpolicy.Compile(set); err != nil {
+		return err
+	}
+	_, err := set.Encode()
+	return err
+}
