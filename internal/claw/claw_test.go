@@ -438,6 +438,26 @@ func TestRunFromFile(t *testing.T) {
 	if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "dry"}, &farmv1.AgentRun{}); err == nil {
 		t.Error("--dry-run created the run")
 	}
+	// --dry-run=server sends it: the API server's defaults come back (the
+	// CRD's default queueMode), its validation refuses, and nothing is stored.
+	c = claw(t, ns, strings.NewReader(runYAML), nil, "run", "dry-server", "-f", "-", "--dry-run=server")
+	if c.code != 0 || !strings.Contains(c.out.String(), "name: dry-server") || !strings.Contains(c.out.String(), "queueMode: queue") ||
+		!strings.Contains(c.out.String(), "uid: ") {
+		t.Errorf("--dry-run=server: exit %d, stdout %q, stderr %q", c.code, c.out, c.errOut)
+	}
+	if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "dry-server"}, &farmv1.AgentRun{}); err == nil {
+		t.Error("--dry-run=server created the run")
+	}
+	c = claw(t, ns, strings.NewReader(strings.Replace(runYAML, "maxTurns: 25", "maxTurns: 20000", 1)), nil, "run", "dry-bad", "-f", "-", "--dry-run=server")
+	if c.code != ExitError || !strings.Contains(c.errOut.String(), "maxTurns") {
+		t.Errorf("--dry-run=server of an invalid run: exit %d, stdout %q, stderr %q", c.code, c.out, c.errOut)
+	}
+	for _, args := range [][]string{{"--dry-run=sever"}, {"--dry-run=client", "--wait"}} {
+		c = claw(t, ns, strings.NewReader(runYAML), nil, append([]string{"run", "dry-flags", "-f", "-"}, args...)...)
+		if c.code != ExitError {
+			t.Errorf("%v: exit %d, stderr %q", args, c.code, c.errOut)
+		}
+	}
 }
 
 // outcomes are the final statuses the operator writes, by sentinel table.

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
@@ -47,7 +48,7 @@ type runFlags struct {
 	sa            string
 	labels        []string
 
-	dryRun bool
+	dryRun string
 	wait   waitFlags
 }
 
@@ -96,7 +97,8 @@ func (o *Options) newRunCommand() *cobra.Command {
 	fl.StringVar(&f.image, "image", "", "the loop image (default: the manager's --loop-image)")
 	fl.StringVar(&f.sa, "service-account", "", "the loop pod's service account (default: the manager's)")
 	fl.StringSliceVarP(&f.labels, "label", "l", nil, "a label k=v on the run (repeatable)")
-	fl.BoolVar(&f.dryRun, "dry-run", false, "print the AgentRun as YAML instead of creating it")
+	fl.StringVar(&f.dryRun, "dry-run", "none", `none, client or server, as kubectl's: client prints the AgentRun as YAML and sends nothing; server sends it for validation, defaulting and admission and prints what the API server would store; --dry-run alone is client`)
+	fl.Lookup("dry-run").NoOptDefVal = "client"
 	f.wait.addFlags(cmd, true)
 	return cmd
 }
@@ -133,17 +135,27 @@ func (o *Options) run(cmd *cobra.Command, f *runFlags, args []string) error {
 		return usageError("%v", err)
 	}
 	run.APIVersion, run.Kind = farmv1.GroupVersion.String(), "AgentRun"
-	if f.dryRun {
-		b, err := yaml.Marshal(run)
-		if err != nil {
-			return err
-		}
-		_, err = o.Streams.Out.Write(b)
-		return err
+	switch f.dryRun {
+	case "none", "client", "server":
+	default:
+		return usageError("--dry-run=%s: want none, client or server", f.dryRun)
+	}
+	if f.dryRun != "none" && f.wait.wait {
+		return usageError("--dry-run creates no run to --wait for")
+	}
+	if f.dryRun == "client" {
+		return o.printRun(run)
 	}
 	c, err := o.Client()
 	if err != nil {
 		return err
+	}
+	if f.dryRun == "server" {
+		if err := c.Create(cmd.Context(), run, client.DryRunAll); err != nil {
+			return err
+		}
+		run.APIVersion, run.Kind = farmv1.GroupVersion.String(), "AgentRun"
+		return o.printRun(run)
 	}
 	if err := c.Create(cmd.Context(), run); err != nil {
 		return err
@@ -153,6 +165,16 @@ func (o *Options) run(cmd *cobra.Command, f *runFlags, args []string) error {
 		return nil
 	}
 	return o.follow(cmd.Context(), run.Namespace, run.Name, f.wait)
+}
+
+// printRun prints the run as YAML.
+func (o *Options) printRun(run *farmv1.AgentRun) error {
+	b, err := yaml.Marshal(run)
+	if err != nil {
+		return err
+	}
+	_, err = o.Streams.Out.Write(b)
+	return err
 }
 
 // readRun reads one AgentRun from a file, or stdin for "-". Unknown fields
