@@ -1,16 +1,12 @@
 package devicerig_test
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"testing"
 	"time"
 
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/clawfarm/clawfarm/controllers/agentrun"
 	"github.com/clawfarm/clawfarm/controllers/devicerig"
@@ -28,34 +24,20 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
-		Scheme:     env.Scheme,
-		Metrics:    metricsserver.Options{BindAddress: "0"},
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-		Cache:      agentrun.CacheOptions(nil, nil), // the manager's: only the objects the operator labels
+	stop, err := env.RunManager(ctrl.Options{
+		Cache: agentrun.CacheOptions(nil, nil), // the manager's: only the objects the operator labels
+	}, func(mgr ctrl.Manager) error {
+		return (&devicerig.Reconciler{
+			Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("devicerig-controller"),
+			Config: devicerig.Config{ProbeInterval: 200 * time.Millisecond, ProbeTimeout: time.Second, MaxConcurrentReconciles: 4},
+		}).SetupWithManager(mgr)
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	if err := (&devicerig.Reconciler{
-		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("devicerig-controller"),
-		Config: devicerig.Config{ProbeInterval: 200 * time.Millisecond, ProbeTimeout: time.Second, MaxConcurrentReconciles: 4},
-	}).SetupWithManager(mgr); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := mgr.Start(ctx); err != nil {
-			fmt.Fprintln(os.Stderr, "manager:", err)
-		}
-	}()
 	code := m.Run()
-	cancel()
-	<-done
+	stop()
 	env.Stop()
 	os.Exit(code)
 }

@@ -23,8 +23,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 )
@@ -333,4 +336,30 @@ func (c *OffsetClock) Advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.offset += d
+}
+
+// RunManager starts a controller manager on the API server, as a suite's
+// TestMain does: opts with the Env's scheme, no metrics endpoint and
+// controller names free to repeat, setup adding the controllers. stop ends
+// the manager and waits for it.
+func (e *Env) RunManager(opts ctrl.Options, setup func(ctrl.Manager) error) (stop func(), err error) {
+	opts.Scheme = e.Scheme
+	opts.Metrics = metricsserver.Options{BindAddress: "0"}
+	opts.Controller.SkipNameValidation = ptr.To(true)
+	mgr, err := ctrl.NewManager(e.Config, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := setup(mgr); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := mgr.Start(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "manager:", err)
+		}
+	}()
+	return func() { cancel(); <-done }, nil
 }
