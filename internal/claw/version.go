@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"runtime"
 	"sort"
-	"strings"
 
 	"github.com/spf13/cobra"
 	appsv1 "k8s.io/api/apps/v1"
@@ -152,7 +151,7 @@ func (o *Options) printVersion(info versionInfo, output string) error {
 		fmt.Fprintf(out, "Operator: %s/%s %s, %d/%d ready, image %s\n", op.Namespace, op.Name, op.Version, op.Ready, op.Replicas, op.Image)
 	}
 	if info.Server != "" && len(info.Operators) == 0 {
-		fmt.Fprintln(out, "Operator: none found (no Deployment labelled "+strings.Join([]string{labelAppName + "=clawfarm", labelAppComponent + "=manager"}, ",")+" that you may list)")
+		fmt.Fprintf(out, "Operator: none found (no Deployment labelled %s=clawfarm,%s=manager that you may list)\n", labelAppName, labelAppComponent)
 	}
 	return nil
 }

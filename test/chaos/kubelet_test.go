@@ -159,23 +159,16 @@ func (k *kubeletHost) faults(ctx context.Context, killEvery, pauseAt, pauseFor t
 			k.signal(k.host.Kubelet(), syscall.SIGCONT, nil)
 			continue
 		}
-		kubelet := i%2 == 0
-		if kubelet {
-			k.signal(k.host.Kubelet(), syscall.SIGKILL, &k.kubeletKills)
-		} else {
-			k.signal(k.host.Containerd(), syscall.SIGKILL, &k.containerdKills)
+		what, proc, count, restart := "kubelet", k.host.Kubelet(), &k.kubeletKills, func() error { return k.host.StartKubelet() }
+		if i%2 == 1 {
+			what, proc, count, restart = "containerd", k.host.Containerd(), &k.containerdKills, func() error { return k.host.StartContainerd(context.Background()) }
 		}
+		k.signal(proc, syscall.SIGKILL, count)
 		sleep(5 * time.Second)
 		k.mu.Lock()
 		if !k.stopped {
-			var err error
-			if kubelet {
-				err = k.host.StartKubelet()
-			} else {
-				err = k.host.StartContainerd(context.Background())
-			}
-			if err != nil {
-				k.t.Errorf("restart the kubelet host's %s: %v", map[bool]string{true: "kubelet", false: "containerd"}[kubelet], err)
+			if err := restart(); err != nil {
+				k.t.Errorf("restart the kubelet host's %s: %v", what, err)
 			}
 		}
 		k.mu.Unlock()

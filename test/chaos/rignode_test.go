@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"context"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,15 +56,9 @@ func startRignode(t *testing.T, env *testenv.Env, dir string, img *loopImage) *a
 	if err := os.WriteFile(kcPath, kc, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
 	a := &agent{t: t, bin: bin, root: filepath.Join(dir, "rignode-root"), rigsDir: filepath.Join(dir, "rigs")}
 	a.args = []string{"--kubeconfig", kcPath, "--node-name", rignodeNode, "--node-ip", "127.0.0.1",
-		"--port", strconv.Itoa(port), "--address", "127.0.0.1", "--anonymous-auth",
+		"--port", strconv.Itoa(freePort(t)), "--address", "127.0.0.1", "--anonymous-auth",
 		"--image-map", img.repository() + "=" + img.bin, "--root-dir", a.root,
 		"--register-with-taints", farmv1.TaintRig + "=true:NoSchedule"}
 	a.start()
