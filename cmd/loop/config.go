@@ -109,6 +109,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	}
 
 	c.RigEndpoint = get(contract.SettingRigEndpoint)
+	c.RigTokenFile = get(contract.SettingRigTokenFile)
 	if c.RigEndpoint == "" {
 		return c, fmt.Errorf("%s is required: the rig's MCP URL, e.g. http://rig:8048/mcp", name(contract.SettingRigEndpoint))
 	}

@@ -178,7 +178,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 // (docs/rig-contract.md, "Who is calling").
 func rigConfig(cfg config, getenv func(string) string) rig.Config {
 	return rig.Config{Endpoint: cfg.RigEndpoint, ReconnectWindow: rigReconnectWindow,
-		Run: cfg.Run, Attempt: cfg.Attempt, Pod: strings.TrimSpace(getenv("HOSTNAME"))}
+		Run: cfg.Run, Attempt: cfg.Attempt, Pod: strings.TrimSpace(getenv("HOSTNAME")), TokenFile: cfg.RigTokenFile}
 }
 
 // runSession runs the engine, turning a panic into a retryable STUCK: Go

@@ -147,6 +147,10 @@ func run(ctx context.Context, args []string) int {
 	if err != nil {
 		return fail(2, "kubeconfig: %v (pass --kubeconfig)", err)
 	}
+	// The kubelet's own client rates (kubeAPIQPS 50, kubeAPIBurst 100):
+	// client-go's default of 5 a second would make a rignode that restarts
+	// under many pods wait minutes to read their volumes again.
+	cfg.QPS, cfg.Burst = 50, 100
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return fail(1, "client: %v", err)

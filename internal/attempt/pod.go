@@ -31,6 +31,7 @@ const (
 	// directory to the loop's user (the loop's own-state command).
 	StateInitContainerName = "own-state"
 	traceVolumeName        = "trace-token"
+	rigTokenVolumeName     = "rig-token"
 	// traceTokenSeconds is the trace token's lifetime; the kubelet renews it.
 	traceTokenSeconds = 3600
 )
@@ -104,6 +105,7 @@ func (s Spec) Settings() contract.Settings {
 		Run:            run.Namespace + "/" + run.Name,
 		Attempt:        int(s.Attempt),
 		RigEndpoint:    s.Rig.Spec.Endpoint.URL,
+		RigTokenFile:   s.rigTokenFile(),
 		Trigger:        trigger,
 		Steered:        steered,
 		ModelProvider:  string(run.Spec.Model.Provider),
@@ -133,6 +135,23 @@ func (s Spec) Settings() contract.Settings {
 		ToolPolicies:         s.toolPolicies(),
 		ModelKeySHA256:       s.ModelKeySHA256,
 	}
+}
+
+// serviceAccount is the pod's: the run's spec.pod, else the manager's default.
+func (s Spec) serviceAccount() string {
+	if o := s.Run.Spec.Pod; o != nil && o.ServiceAccountName != "" {
+		return o.ServiceAccountName
+	}
+	return s.Defaults.ServiceAccountName
+}
+
+// rigTokenFile is where the rig token is projected, when the pod has one
+// (a named service account).
+func (s Spec) rigTokenFile() string {
+	if s.serviceAccount() == "" {
+		return ""
+	}
+	return contract.RigTokenPath
 }
 
 // toolPolicies is the setting's JSON; the controller has checked the set
@@ -228,15 +247,12 @@ func (s Spec) skillSources() []farmv1.SkillSource {
 // where the run's spec.pod does not override them.
 func BuildPod(s Spec) *corev1.Pod {
 	run, rig := s.Run, s.Rig
-	image, sa := s.Defaults.Image, s.Defaults.ServiceAccountName
+	image, sa := s.Defaults.Image, s.serviceAccount()
 	resources := *s.Defaults.Resources.DeepCopy()
 	var tolerations []corev1.Toleration
 	if o := run.Spec.Pod; o != nil {
 		if o.Image != "" {
 			image = o.Image
-		}
-		if o.ServiceAccountName != "" {
-			sa = o.ServiceAccountName
 		}
 		if o.Resources != nil {
 			resources = *o.Resources
@@ -276,6 +292,21 @@ func BuildPod(s Spec) *corev1.Pod {
 			ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: b.configMap}},
 		}})
 		mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: bootstrapDir(i, b), ReadOnly: true})
+	}
+
+	// The token a rig's gateway asks for (internal/riggate): bound to this
+	// pod, for the rig audience only, so neither the API server nor the
+	// trace server takes it, and a rig without a gateway ignores it. A
+	// token needs the pod's service account named (the chart always does).
+	if sa != "" {
+		volumes = append(volumes, corev1.Volume{Name: rigTokenVolumeName, VolumeSource: corev1.VolumeSource{
+			Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{{
+				ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
+					Audience: contract.DefaultRigAudience, ExpirationSeconds: ptr.To[int64](traceTokenSeconds), Path: path.Base(contract.RigTokenPath),
+				},
+			}}},
+		}})
+		mounts = append(mounts, corev1.VolumeMount{Name: rigTokenVolumeName, MountPath: path.Dir(contract.RigTokenPath), ReadOnly: true})
 	}
 
 	if s.Defaults.TraceURL != "" {

@@ -85,29 +85,64 @@ func TestBuildPodProjectsTheTraceToken(t *testing.T) {
 		env[contract.SettingTraceKeep.Env] != "7" {
 		t.Errorf("env %v", env)
 	}
+	checkToken(t, pod, traceVolumeName, contract.DefaultTraceAudience, contract.TraceTokenPath)
+
+	// Without one, no trace token is projected at all.
+	for _, v := range podSpecFor(run, Defaults{Image: "loop"}).Spec.Volumes {
+		if v.Name == traceVolumeName {
+			t.Errorf("a trace token is projected with no trace server: %+v", v)
+		}
+	}
+}
+
+// checkToken wants the pod's volume name to project one token for
+// audience, mounted read-only at path.
+func checkToken(t *testing.T, pod *corev1.Pod, name, audience, path string) {
+	t.Helper()
 	var tok *corev1.ServiceAccountTokenProjection
 	for _, v := range pod.Spec.Volumes {
-		if v.Projected != nil && len(v.Projected.Sources) == 1 {
+		if v.Name == name && v.Projected != nil && len(v.Projected.Sources) == 1 {
 			tok = v.Projected.Sources[0].ServiceAccountToken
 		}
 	}
-	if tok == nil || tok.Audience != contract.DefaultTraceAudience || tok.ExpirationSeconds == nil {
-		t.Fatalf("trace token projection %+v", tok)
+	if tok == nil || tok.Audience != audience || tok.ExpirationSeconds == nil {
+		t.Fatalf("volume %s: token projection %+v, want audience %s", name, tok, audience)
 	}
 	mounted := false
 	for _, m := range pod.Spec.Containers[0].VolumeMounts {
-		if m.Name == traceVolumeName && m.MountPath+"/"+tok.Path == contract.TraceTokenPath && m.ReadOnly {
+		if m.Name == name && m.MountPath+"/"+tok.Path == path && m.ReadOnly {
 			mounted = true
 		}
 	}
 	if !mounted {
-		t.Errorf("the token is not mounted read-only at %s: %+v", contract.TraceTokenPath, pod.Spec.Containers[0].VolumeMounts)
+		t.Errorf("the %s token is not mounted read-only at %s: %+v", audience, path, pod.Spec.Containers[0].VolumeMounts)
 	}
+}
 
-	// Without one, no token is projected at all.
-	for _, v := range podSpecFor(run, Defaults{Image: "loop"}).Spec.Volumes {
-		if v.Projected != nil {
-			t.Errorf("a token is projected with no trace server: %+v", v)
+// Every loop pod gets a token for the rig's gateway: bound to the pod, for
+// the rig audience, where the rig client reads it.
+func TestBuildPodProjectsTheRigToken(t *testing.T) {
+	run := &farmv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "run"}}
+	pod := podSpecFor(run, Defaults{Image: "loop", ServiceAccountName: "clawfarm-loop"})
+	checkToken(t, pod, rigTokenVolumeName, contract.DefaultRigAudience, contract.RigTokenPath)
+	env := map[string]string{}
+	for _, e := range pod.Spec.Containers[0].Env {
+		env[e.Name] = e.Value
+	}
+	if env[contract.SettingRigTokenFile.Env] != contract.RigTokenPath {
+		t.Errorf("%s=%q in the loop's environment, want %s", contract.SettingRigTokenFile.Env, env[contract.SettingRigTokenFile.Env], contract.RigTokenPath)
+	}
+	// A pod with no service account named can carry no token (the API
+	// server refuses the projection): none, and no setting pointing at it.
+	bare := podSpecFor(run, Defaults{Image: "loop"})
+	for _, v := range bare.Spec.Volumes {
+		if v.Name == rigTokenVolumeName {
+			t.Errorf("a rig token projected with no service account: %+v", v)
+		}
+	}
+	for _, e := range bare.Spec.Containers[0].Env {
+		if e.Name == contract.SettingRigTokenFile.Env {
+			t.Errorf("%s=%q with no token", e.Name, e.Value)
 		}
 	}
 }

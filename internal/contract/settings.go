@@ -17,9 +17,12 @@ type Setting struct {
 
 // The loop's settings (docs/loop-contract.md, "Settings").
 var (
-	SettingRun           = Setting{"run", "CLAWFARM_RUN", "namespace/name of the AgentRun (progress is patched there; empty = no cluster)"}
-	SettingAttempt       = Setting{"attempt", "CLAWFARM_ATTEMPT", "attempt number, from 1"}
-	SettingRigEndpoint   = Setting{"rig-endpoint", "CLAWFARM_RIG_ENDPOINT", "the rig's MCP URL"}
+	SettingRun         = Setting{"run", "CLAWFARM_RUN", "namespace/name of the AgentRun (progress is patched there; empty = no cluster)"}
+	SettingAttempt     = Setting{"attempt", "CLAWFARM_ATTEMPT", "attempt number, from 1"}
+	SettingRigEndpoint = Setting{"rig-endpoint", "CLAWFARM_RIG_ENDPOINT", "the rig's MCP URL"}
+	// SettingRigTokenFile is optional: without it the loop sends the rig no
+	// credential (a rig with no gateway in front of it).
+	SettingRigTokenFile  = Setting{"rig-token-file", "CLAWFARM_RIG_TOKEN_FILE", "a service account token projected for the rig audience; sent to the rig as a bearer token, for its gateway (read before each request, as the kubelet renews it)"}
 	SettingTrigger       = Setting{"trigger", "CLAWFARM_TRIGGER", "the opening message"}
 	SettingModelProvider = Setting{"model-provider", "CLAWFARM_MODEL_PROVIDER", "provider preset (openai, anthropic, qwen, moonshot, deepseek, google, openai-compatible)"}
 	SettingModel         = Setting{"model", "CLAWFARM_MODEL", "model name"}
@@ -70,7 +73,7 @@ var (
 
 // AllSettings lists every setting in contract order.
 var AllSettings = []Setting{
-	SettingRun, SettingAttempt, SettingRigEndpoint, SettingTrigger,
+	SettingRun, SettingAttempt, SettingRigEndpoint, SettingRigTokenFile, SettingTrigger,
 	SettingModelProvider, SettingModel, SettingModelBaseURL, SettingModelAPIKey, SettingModelKeySHA256,
 	SettingContextWindow, SettingMaxTurns, SettingSessionSeconds, SettingStateDir,
 	SettingSkillsDirs, SettingDenyTools, SettingResume, SettingTerminationLog,
@@ -111,6 +114,8 @@ const (
 	// rig gateway (internal/riggate): a token for the API server or the
 	// trace server is refused there, and the other way round.
 	DefaultRigAudience = "clawfarm-rig"
+	// RigTokenPath is where the operator projects the rig token in a loop pod.
+	RigTokenPath = "/var/run/secrets/clawfarm.dev/rig/token"
 	// TraceTokenPath is where the operator projects the trace token in a loop pod.
 	TraceTokenPath = "/var/run/secrets/clawfarm.dev/trace/token"
 )
@@ -118,9 +123,11 @@ const (
 // Settings is the loop's configuration. The operator renders it into a pod's
 // environment with Environ; the loop reads it back with flags over the environment.
 type Settings struct {
-	Run            string // namespace/name
-	Attempt        int
-	RigEndpoint    string
+	Run         string // namespace/name
+	Attempt     int
+	RigEndpoint string
+	// RigTokenFile is where the rig-audience token is projected; empty: none.
+	RigTokenFile   string
 	Trigger        string
 	ModelProvider  string
 	Model          string
@@ -186,6 +193,7 @@ func (s Settings) Environ() []EnvVar {
 	add(SettingRun, s.Run)
 	add(SettingAttempt, itoa(s.Attempt))
 	add(SettingRigEndpoint, s.RigEndpoint)
+	add(SettingRigTokenFile, s.RigTokenFile)
 	add(SettingTrigger, s.Trigger)
 	add(SettingModelProvider, s.ModelProvider)
 	add(SettingModel, s.Model)

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -54,9 +55,14 @@ type Config struct {
 	// the rig, so a rig can tell one attempt reconnecting from two attempts
 	// on one phone (docs/rig-contract.md, "Who is calling"). Empty ones (and
 	// Attempt 0) are not sent.
-	Run              string
-	Attempt          int
-	Pod              string
+	Run     string
+	Attempt int
+	Pod     string
+	// TokenFile holds a token projected for the rig audience: its content
+	// goes out as a bearer token on every request, for the gateway in front
+	// of the rig (internal/riggate), read again each time as the kubelet
+	// renews it. Empty, or a file that is not there: no credential.
+	TokenFile        string
 	BusyRetries      int
 	BusyDelay        time.Duration
 	ReconnectWindow  time.Duration
@@ -90,13 +96,14 @@ func (c Config) withDefaults() Config {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	c.HTTPClient = identified(c.HTTPClient, c.Run, c.Attempt, c.Pod)
+	c.HTTPClient = identified(c.HTTPClient, c.Run, c.Attempt, c.Pod, c.TokenFile)
 	return c
 }
 
 // identified is hc (nil: the default client) sending the caller's identity
-// headers on every request; hc itself when there is nothing to send.
-func identified(hc *http.Client, run string, attempt int, pod string) *http.Client {
+// headers, and the token in tokenFile, on every request; hc itself when
+// there is nothing to send.
+func identified(hc *http.Client, run string, attempt int, pod, tokenFile string) *http.Client {
 	h := http.Header{}
 	if run != "" {
 		h.Set(contract.HeaderRun, run)
@@ -107,7 +114,7 @@ func identified(hc *http.Client, run string, attempt int, pod string) *http.Clie
 	if pod != "" {
 		h.Set(contract.HeaderPod, pod)
 	}
-	if len(h) == 0 {
+	if len(h) == 0 && tokenFile == "" {
 		return hc
 	}
 	var out http.Client
@@ -118,14 +125,16 @@ func identified(hc *http.Client, run string, attempt int, pod string) *http.Clie
 	if next == nil {
 		next = http.DefaultTransport
 	}
-	out.Transport = &identityTransport{next: next, header: h}
+	out.Transport = &identityTransport{next: next, header: h, tokenFile: tokenFile}
 	return &out
 }
 
-// identityTransport adds fixed headers to every request it carries.
+// identityTransport adds fixed headers, and the token file's token, to
+// every request it carries.
 type identityTransport struct {
-	next   http.RoundTripper
-	header http.Header
+	next      http.RoundTripper
+	header    http.Header
+	tokenFile string
 }
 
 // RoundTrip sends a copy of req with the headers set: a RoundTripper must not
@@ -134,6 +143,13 @@ func (t *identityTransport) RoundTrip(req *http.Request) (*http.Response, error)
 	req = req.Clone(req.Context())
 	for k, v := range t.header {
 		req.Header[k] = v
+	}
+	if t.tokenFile != "" {
+		if b, err := os.ReadFile(t.tokenFile); err == nil {
+			if tok := strings.TrimSpace(string(b)); tok != "" {
+				req.Header.Set("Authorization", "Bearer "+tok)
+			}
+		}
 	}
 	return t.next.RoundTrip(req)
 }

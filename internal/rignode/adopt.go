@@ -180,9 +180,9 @@ func (p *Provider) recover(ctx context.Context) error {
 	if err != nil || len(entries) == 0 {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	lctx, cancel := context.WithTimeout(ctx, adoptTimeout)
 	defer cancel()
-	list, err := p.cfg.Client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + p.cfg.NodeName})
+	list, err := p.cfg.Client.CoreV1().Pods(metav1.NamespaceAll).List(lctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + p.cfg.NodeName})
 	if err != nil {
 		return fmt.Errorf("rignode: list this node's pods to adopt their processes: %w", err)
 	}
@@ -196,7 +196,7 @@ func (p *Provider) recover(ctx context.Context) error {
 		}
 		uid := e.Name()
 		if pod := bound[uid]; pod != nil {
-			r, err := newPodRun(ctx, p, pod.DeepCopy())
+			r, err := p.adoptPod(ctx, pod)
 			if err != nil {
 				p.cfg.Logf("pod %s/%s: adopt: %v", pod.Namespace, pod.Name, err)
 				continue
@@ -214,6 +214,17 @@ func (p *Provider) recover(ctx context.Context) error {
 		go p.stopOrphan(r)
 	}
 	return nil
+}
+
+// adoptTimeout bounds listing the node's pods, and then taking up each one
+// (its volumes' sources read again, a token past renewal asked for): each
+// pod gets its own, so a node full of pods is not cut off halfway.
+const adoptTimeout = 30 * time.Second
+
+func (p *Provider) adoptPod(ctx context.Context, pod *corev1.Pod) (*podRun, error) {
+	ctx, cancel := context.WithTimeout(ctx, adoptTimeout)
+	defer cancel()
+	return newPodRun(ctx, p, pod.DeepCopy())
 }
 
 // orphan is the run of a pod that no longer exists, read from its directory.

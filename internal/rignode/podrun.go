@@ -88,7 +88,7 @@ func newPodRun(ctx context.Context, p *Provider, pod *corev1.Pod) (*podRun, erro
 		r.killLeftovers()
 		return r, nil
 	}
-	vb := &volumeBuilder{client: p.cfg.Client, pod: pod, dir: filepath.Join(r.dir, "volumes")}
+	vb := &volumeBuilder{client: p.cfg.Client, pod: pod, dir: filepath.Join(r.dir, "volumes"), adopting: adopting}
 	vs, err := vb.build(ctx)
 	// A volume source that does not exist yet (a namespace's kube-root-ca.crt,
 	// a Secret created just after the pod) gets a while, as the kubelet waits.

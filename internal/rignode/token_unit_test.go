@@ -2,9 +2,13 @@ package rignode
 
 import (
 	"context"
+	"encoding/base64"
+	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -55,3 +59,52 @@ func TestTokenWaitsForTheBindingToBeSeen(t *testing.T) {
 type errString string
 
 func (e errString) Error() string { return string(e) }
+
+// A rignode that restarts keeps an adopted pod's token while it is fresh,
+// so taking up a node full of pods asks for no tokens at once; a token due
+// for renewal, a file that is not a token, and a pod that is new are asked for.
+func TestAdoptionKeepsAFreshToken(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "u"}, Spec: corev1.PodSpec{ServiceAccountName: "sa"}}
+	jwt := func(exp time.Time) string {
+		claims := base64.RawURLEncoding.EncodeToString(fmt.Appendf(nil, `{"exp":%d}`, exp.Unix()))
+		return "eyJhbGciOiJSUzI1NiJ9." + claims + ".c2ln"
+	}
+	for _, tc := range []struct {
+		name     string
+		file     string
+		adopting bool
+		calls    int
+	}{
+		{"fresh, adopted", jwt(time.Now().Add(50 * time.Minute)), true, 0},
+		{"due for renewal, adopted", jwt(time.Now().Add(5 * time.Minute)), true, 1},
+		{"not a token, adopted", "garbage", true, 1},
+		{"fresh, new pod", jwt(time.Now().Add(50 * time.Minute)), false, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := fake.NewClientset()
+			calls := 0
+			cs.PrependReactor("create", "serviceaccounts", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				calls++
+				return true, &authv1.TokenRequest{Status: authv1.TokenRequestStatus{Token: "new", ExpirationTimestamp: metav1.NewTime(time.Now().Add(time.Hour))}}, nil
+			})
+			b := &volumeBuilder{client: cs, pod: pod, dir: t.TempDir(), adopting: tc.adopting}
+			tok := &serviceAccountToken{file: filepath.Join(b.dir, "token"), seconds: 3600}
+			if err := os.WriteFile(tok.file, []byte(tc.file), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.token(context.Background(), tok); err != nil {
+				t.Fatal(err)
+			}
+			if calls != tc.calls {
+				t.Fatalf("%d token requests, want %d", calls, tc.calls)
+			}
+			got, _ := os.ReadFile(tok.file)
+			if want := map[bool]string{true: tc.file, false: "new"}[calls == 0]; string(got) != want {
+				t.Errorf("token file %q, want %q", got, want)
+			}
+			if time.Until(tok.expiresAt) < 40*time.Minute {
+				t.Errorf("renewal scheduled from expiry %v, want the kept or the new token's", tok.expiresAt)
+			}
+		})
+	}
+}

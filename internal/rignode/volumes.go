@@ -2,6 +2,8 @@ package rignode
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -41,6 +43,9 @@ type volumeBuilder struct {
 	client kubernetes.Interface
 	pod    *corev1.Pod
 	dir    string // the pod's volumes directory
+	// adopting: the pod's processes already run (rignode restarted), so a
+	// token file they read that is still fresh is kept, not asked for again.
+	adopting bool
 }
 
 func (b *volumeBuilder) build(ctx context.Context) (*volumeSet, error) {
@@ -87,7 +92,7 @@ func (b *volumeBuilder) volume(ctx context.Context, v corev1.Volume, vs *volumeS
 					audience: src.ServiceAccountToken.Audience,
 					seconds:  ptr.Deref(src.ServiceAccountToken.ExpirationSeconds, defaultTokenSeconds),
 				}
-				if err = b.refreshToken(ctx, t); err == nil {
+				if err = b.token(ctx, t); err == nil {
 					vs.tokens = append(vs.tokens, t)
 					// The pod's kubeconfig gets the API server's token (no
 					// audience, as kube-api-access has), never one projected
@@ -275,6 +280,45 @@ const tokenBindingWait = 10 * time.Second
 // not yet know is on this node.
 func bindingNotSeen(err error) bool {
 	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "bound to a pod scheduled on a different node")
+}
+
+// token writes a fresh token for t. An adopted pod's own token, written by
+// the rignode before this one and not yet due for renewal, is kept: a
+// rignode that restarts under a node full of pods would otherwise ask for
+// every pod's tokens at once, as it must take them up.
+func (b *volumeBuilder) token(ctx context.Context, t *serviceAccountToken) error {
+	if b.adopting {
+		if exp, ok := tokenExpiry(t.file); ok && time.Until(exp) > time.Duration(t.seconds)*time.Second/5 {
+			t.expiresAt = exp
+			return nil
+		}
+	}
+	return b.refreshToken(ctx, t)
+}
+
+// tokenExpiry reads the expiry of the JWT in file. The signature is not
+// checked: the file is one rignode wrote itself, read only to know when to
+// renew it.
+func tokenExpiry(file string) (time.Time, bool) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return time.Time{}, false
+	}
+	parts := strings.Split(strings.TrimSpace(string(b)), ".")
+	if len(parts) != 3 {
+		return time.Time{}, false
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return time.Time{}, false
+	}
+	var claims struct {
+		Exp int64 `json:"exp"`
+	}
+	if json.Unmarshal(payload, &claims) != nil || claims.Exp == 0 {
+		return time.Time{}, false
+	}
+	return time.Unix(claims.Exp, 0), true
 }
 
 // refreshToken asks the API for a token bound to the pod and writes it.
