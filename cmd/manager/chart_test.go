@@ -164,12 +164,13 @@ func chartManagerFlags(t *testing.T, dep object) *managerFlags {
 }
 
 func TestChartRolesAreTheGeneratedOnes(t *testing.T) {
-	objs := renderChart(t, "--set", "rignode.rbac.create=true")
+	objs := renderChart(t, "--set", "rignode.rbac.create=true", "--set", "rigGateway.rbac.create=true")
 	for _, c := range []struct{ file, role string }{
 		{"role.yaml", "t-clawfarm-manager"},
 		{"loop_role.yaml", "t-clawfarm-loop"},
 		{"followup_role.yaml", "t-clawfarm-followup"},
 		{"rignode_role.yaml", "t-clawfarm-rignode"},
+		{"rig_gateway_role.yaml", "t-clawfarm-rig-gateway"},
 		{"server_role.yaml", "t-clawfarm-server"},
 	} {
 		b, err := os.ReadFile(filepath.Join("../../config/rbac", c.file))

@@ -354,32 +354,37 @@ func TestChartSpreadsReplicasOnlyWhenThereAreSeveral(t *testing.T) {
 	}
 }
 
-func TestChartRignodeRBAC(t *testing.T) {
+// rignode's and the rig gateway's ClusterRoles are there when asked for,
+// and bound to the subjects named.
+func TestChartRigHostRBAC(t *testing.T) {
 	t.Parallel()
-	for _, o := range renderChart(t) {
-		if strings.HasSuffix(dig(o, "metadata", "name").(string), "-rignode") {
-			t.Errorf("%s %v rendered with rignode.rbac.create off", o["kind"], dig(o, "metadata", "name"))
+	for _, c := range []struct{ key, suffix string }{{"rignode", "-rignode"}, {"rigGateway", "-rig-gateway"}} {
+		for _, o := range renderChart(t) {
+			if strings.HasSuffix(dig(o, "metadata", "name").(string), c.suffix) {
+				t.Errorf("%s %v rendered with %s.rbac.create off", o["kind"], dig(o, "metadata", "name"), c.key)
+			}
 		}
-	}
-	objs := renderChart(t, "--set", "rignode.rbac.create=true")
-	if find(objs, "ClusterRole", "", "t-clawfarm-rignode") == nil {
-		t.Fatal("no rignode ClusterRole")
-	}
-	if find(objs, "ClusterRoleBinding", "", "t-clawfarm-rignode") != nil {
-		t.Error("a ClusterRoleBinding with no subjects")
-	}
-	objs = renderChart(t, "--set", "rignode.rbac.create=true",
-		"--set", "rignode.rbac.subjects[0].kind=Group", "--set", "rignode.rbac.subjects[0].name=system:nodes",
-		"--set", "rignode.rbac.subjects[1].kind=ServiceAccount", "--set", "rignode.rbac.subjects[1].name=rignode", "--set", "rignode.rbac.subjects[1].namespace=rigs")
-	b := find(objs, "ClusterRoleBinding", "", "t-clawfarm-rignode")
-	if b == nil || dig(b, "roleRef", "name") != "t-clawfarm-rignode" {
-		t.Fatalf("binding %v", b)
-	}
-	want := []any{
-		map[string]any{"kind": "Group", "name": "system:nodes", "apiGroup": "rbac.authorization.k8s.io"},
-		map[string]any{"kind": "ServiceAccount", "name": "rignode", "namespace": "rigs"},
-	}
-	if !reflect.DeepEqual(b["subjects"], want) {
-		t.Errorf("subjects %v, want %v", b["subjects"], want)
+		name := "t-clawfarm" + c.suffix
+		objs := renderChart(t, "--set", c.key+".rbac.create=true")
+		if find(objs, "ClusterRole", "", name) == nil {
+			t.Fatalf("no ClusterRole %s", name)
+		}
+		if find(objs, "ClusterRoleBinding", "", name) != nil {
+			t.Errorf("a ClusterRoleBinding %s with no subjects", name)
+		}
+		objs = renderChart(t, "--set", c.key+".rbac.create=true",
+			"--set", c.key+".rbac.subjects[0].kind=Group", "--set", c.key+".rbac.subjects[0].name=system:nodes",
+			"--set", c.key+".rbac.subjects[1].kind=ServiceAccount", "--set", c.key+".rbac.subjects[1].name=rignode", "--set", c.key+".rbac.subjects[1].namespace=rigs")
+		b := find(objs, "ClusterRoleBinding", "", name)
+		if b == nil || dig(b, "roleRef", "name") != name {
+			t.Fatalf("binding %v", b)
+		}
+		want := []any{
+			map[string]any{"kind": "Group", "name": "system:nodes", "apiGroup": "rbac.authorization.k8s.io"},
+			map[string]any{"kind": "ServiceAccount", "name": "rignode", "namespace": "rigs"},
+		}
+		if !reflect.DeepEqual(b["subjects"], want) {
+			t.Errorf("%s subjects %v, want %v", name, b["subjects"], want)
+		}
 	}
 }

@@ -39,7 +39,12 @@ func main() {
 		os.Exit(rignode.RunShim(os.Args[2:]))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:])
+	var code int
+	if len(os.Args) > 1 && os.Args[1] == "gateway" {
+		code = gateway(ctx, os.Args[2:])
+	} else {
+		code = run(ctx, os.Args[1:])
+	}
 	stop()
 	os.Exit(code)
 }

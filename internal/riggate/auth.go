@@ -30,8 +30,12 @@ const (
 // on every request (a watch-fed cache in production): a pod that is gone,
 // or was replaced, is no caller any more, whatever the cache of reviews says.
 type KubeAuthority struct {
-	Client   kubernetes.Interface
-	Pods     client.Reader
+	Client kubernetes.Interface
+	Pods   client.Reader
+	// Live, when set, is asked for a pod the cache has not seen yet (one
+	// created a moment ago); the cache alone decides that a pod is gone
+	// once it has seen it.
+	Live     client.Reader
 	Audience string
 	TTL      time.Duration
 	Now      func() time.Time
@@ -55,7 +59,11 @@ func (a *KubeAuthority) Caller(ctx context.Context, token string) (*Caller, erro
 		return nil, err
 	}
 	var p corev1.Pod
-	err = a.Pods.Get(ctx, client.ObjectKey{Namespace: rv.ns, Name: rv.pod}, &p)
+	key := client.ObjectKey{Namespace: rv.ns, Name: rv.pod}
+	err = a.Pods.Get(ctx, key, &p)
+	if apierrors.IsNotFound(err) && a.Live != nil {
+		err = a.Live.Get(ctx, key, &p)
+	}
 	switch {
 	case apierrors.IsNotFound(err) || (err == nil && string(p.UID) != rv.podUID):
 		return nil, fmt.Errorf("%w: the token's pod %s/%s is gone", ErrForbidden, rv.ns, rv.pod)

@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 
@@ -60,6 +61,10 @@ type Gateway struct {
 	Auth     Authority
 	// Leases reads the rigs' Leases (a watch-fed cache in production).
 	Leases client.Reader
+	// Public are the paths (after /rigs/<namespace>/<rig>) a GET or HEAD
+	// reaches without a token: the health route the manager probes, which
+	// says whether the rig is ready and shows nothing of the phone.
+	Public []string
 	Logf   func(format string, args ...any)
 
 	mu       sync.Mutex
@@ -84,6 +89,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	up, ok := g.Upstream(ns, rig)
 	if !ok {
 		http.Error(w, fmt.Sprintf("rig %s/%s is not behind this gateway", ns, rig), http.StatusNotFound)
+		return
+	}
+	if (r.Method == http.MethodGet || r.Method == http.MethodHead) && slices.Contains(g.Public, rest) {
+		g.forward(w, r, ns, rig, up, rest)
 		return
 	}
 	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
@@ -115,6 +124,14 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.refuse(w, err)
 		return
 	}
+	g.forward(w, r.WithContext(ctx), ns, rig, up, rest)
+}
+
+// forward proxies r to the rig's own server, without the caller's
+// credential. A request whose context ends (the Lease moved) is cut
+// without a word.
+func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, ns, rig string, up *url.URL, rest string) {
+	ctx := r.Context()
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(up)
@@ -131,7 +148,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "the rig's server did not answer: "+err.Error(), http.StatusBadGateway)
 		},
 	}
-	proxy.ServeHTTP(w, r.WithContext(ctx))
+	proxy.ServeHTTP(w, r)
 }
 
 // holds checks that the caller's run holds the rig's Lease now.

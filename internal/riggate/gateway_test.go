@@ -61,6 +61,10 @@ func (s *rigServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.calls = append(s.calls, r.Method+" "+r.URL.Path+" auth="+r.Header.Get("Authorization"))
 	s.mu.Unlock()
+	if r.URL.Path == "/api/status" {
+		io.WriteString(w, `{"ready":true}`)
+		return
+	}
 	if r.Method == http.MethodGet {
 		w.Header().Set("Content-Type", "text/event-stream")
 		for i := 0; ; i++ {
@@ -84,6 +88,7 @@ type farm struct {
 	ns     string
 	gw     *Gateway
 	http   *httptest.Server
+	rigURL string // the rig's own server
 	rig    *rigServer
 	runUID map[string]types.UID
 }
@@ -107,6 +112,7 @@ func newFarm(t *testing.T) *farm {
 	up := httptest.NewServer(f.rig)
 	t.Cleanup(up.Close)
 	upURL, _ := url.Parse(up.URL)
+	f.rigURL = up.URL
 	f.gw = &Gateway{
 		Upstream: func(ns, rig string) (*url.URL, bool) { return upURL, ns == f.ns && (rig == "rig-a" || rig == "rig-b") },
 		Auth:     &KubeAuthority{Client: cs, Pods: env.Client, Audience: contract.DefaultRigAudience},

@@ -168,3 +168,20 @@ env:
 - {name: KUBERNETES_SERVICE_PORT_HTTPS, value: {{ $port | quote }}}
 {{- end }}
 {{- end }}
+
+{{/*
+RBAC subjects from a values list of {kind: User|Group|ServiceAccount, name,
+namespace}; key names the list in the error for a ServiceAccount without
+its namespace.
+*/}}
+{{- define "clawfarm.subjects" -}}
+{{- range .subjects }}
+- kind: {{ .kind }}
+  name: {{ .name | quote }}
+  {{- if eq .kind "ServiceAccount" }}
+  namespace: {{ required (printf "%s: a ServiceAccount needs its namespace" $.key) .namespace }}
+  {{- else }}
+  apiGroup: rbac.authorization.k8s.io
+  {{- end }}
+{{- end }}
+{{- end }}

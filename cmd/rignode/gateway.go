@@ -1,0 +1,62 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/clawfarm/clawfarm/internal/contract"
+	"github.com/clawfarm/clawfarm/internal/riggate"
+	"github.com/clawfarm/clawfarm/internal/version"
+)
+
+// stringList is a flag that may be given more than once.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
+
+// gateway runs `rignode gateway`: the rig gateway in front of the rig
+// host's phones (docs/rig-contract.md, "The rig gateway"). It is a process
+// of its own, so the phones stay reachable to their sessions while rignode
+// or the kubelet restarts.
+func gateway(ctx context.Context, args []string) int {
+	fs := flag.NewFlagSet("rignode gateway", flag.ContinueOnError)
+	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the gateway's identity: the rig host's node, bound to the chart's rig-gateway ClusterRole (default $KUBECONFIG)")
+	listen := fs.String("listen", ":8049", "address to serve the rigs on: the host's address on the rig network")
+	var rigs, public stringList
+	fs.Var(&rigs, "rig", "a rig to front, namespace/rig=URL of its own server on this host's loopback (e.g. farm/rig-0=http://127.0.0.1:8048); repeat, or comma-separate")
+	fs.Var(&public, "public-path", "a path under the rig that a GET reaches without a token (default /api/status, the health route); repeat")
+	audience := fs.String("audience", contract.DefaultRigAudience, "the audience loop pods' rig tokens are projected for")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	fail := func(code int, f string, a ...any) int {
+		fmt.Fprintf(os.Stderr, "rignode gateway: "+f+"\n", a...)
+		return code
+	}
+	parsed, err := riggate.ParseRigs(rigs)
+	if err != nil {
+		return fail(2, "--rig: %v", err)
+	}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+		&clientcmd.ClientConfigLoadingRules{ExplicitPath: *kubeconfig}, nil).ClientConfig()
+	if err != nil {
+		return fail(2, "kubeconfig: %v (pass --kubeconfig)", err)
+	}
+	cfg.QPS, cfg.Burst = 50, 100
+	cfg.UserAgent = "clawfarm-rig-gateway/" + version.String()
+	o := riggate.Options{Listen: *listen, Rigs: parsed, Config: cfg, Audience: *audience,
+		Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, "rignode gateway: "+f+"\n", a...) }}
+	if len(public) > 0 {
+		o.Public = public
+	}
+	if err := riggate.Serve(ctx, o); err != nil {
+		return fail(1, "%v", err)
+	}
+	return 0
+}
