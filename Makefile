@@ -16,7 +16,7 @@ CONTROLLER_GEN = $(GO) tool controller-gen
 RACE_PKGS     ?= ./cmd/loop ./cmd/manager ./cmd/modelsim ./cmd/rignode ./cmd/rigsim \
 	./controllers/agentrun ./controllers/devicerig ./controllers/toolpolicy \
 	./internal/claw ./internal/dev/devcluster ./internal/engine ./internal/engine/snapshot \
-	./internal/progress ./internal/provider/openai ./internal/rig ./internal/rignode ./internal/runinbox \
+	./internal/progress ./internal/provider/openai ./internal/rig ./internal/riggate ./internal/rignode ./internal/runinbox \
 	./internal/sim/modelsim ./internal/sim/rigsim ./internal/testing/fakekubelet \
 	./internal/toolpolicy ./internal/trace ./internal/trace/upload ./test/sharding
 # A test result comes from go test's cache while nothing the test read —

@@ -74,6 +74,7 @@ type Gateway struct {
 // session is one admitted request in flight: a call, or an open stream.
 type session struct {
 	runUID types.UID
+	pod    string
 	cancel context.CancelFunc
 }
 
@@ -115,7 +116,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	s := &session{runUID: c.RunUID, cancel: cancel}
+	s := &session{runUID: c.RunUID, pod: c.Pod, cancel: cancel}
 	g.track(ns, rig, s)
 	defer g.untrack(ns, rig, s)
 	// The Lease may have moved between the check and the tracking: check
@@ -180,6 +181,25 @@ func (g *Gateway) LeaseChanged(namespace, rig string, l *coordinationv1.Lease) {
 	for s := range g.sessions[rigKey(namespace, rig)] {
 		if string(s.runUID) != holder {
 			s.cancel()
+		}
+	}
+}
+
+// PodGone cuts every request in flight from the pod, which is being
+// deleted or is gone: a pod on its way out drives no phone, although its
+// run still holds the Lease until the pod has ended. The binary calls it
+// from the pods' watch.
+func (g *Gateway) PodGone(namespace, pod string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for key, sessions := range g.sessions {
+		if ns, _, _ := strings.Cut(key, "/"); ns != namespace {
+			continue
+		}
+		for s := range sessions {
+			if s.pod == pod {
+				s.cancel()
+			}
 		}
 	}
 }

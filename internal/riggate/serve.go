@@ -85,8 +85,8 @@ func ParseRigs(entries []string) (map[string]*url.URL, error) {
 }
 
 // Serve runs a gateway in front of o.Rigs until ctx ends. It watches the
-// rigs' Leases (to cut a session the moment its Lease moves) and the
-// attempt pods of their namespaces, and serves at once: the public health
+// rigs' Leases and the attempt pods of their namespaces, to cut a session
+// the moment its Lease moves or its pod is deleted, and serves at once: the public health
 // route needs neither, and a call waits for the watches to be in sync.
 func Serve(ctx context.Context, o Options) error {
 	if o.Audience == "" {
@@ -160,7 +160,22 @@ func Serve(ctx context.Context, o Options) error {
 	}); err != nil {
 		return err
 	}
-	if _, err := objects.GetInformer(ctx, &corev1.Pod{}); err != nil {
+	pods, err := objects.GetInformer(ctx, &corev1.Pod{})
+	if err != nil {
+		return err
+	}
+	podGone := func(obj any, deleted bool) {
+		if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		if p, ok := obj.(*corev1.Pod); ok && (deleted || p.DeletionTimestamp != nil) {
+			g.PodGone(p.Namespace, p.Name)
+		}
+	}
+	if _, err := pods.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(_, obj any) { podGone(obj, false) },
+		DeleteFunc: func(obj any) { podGone(obj, true) },
+	}); err != nil {
 		return err
 	}
 

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	"github.com/clawfarm/clawfarm/internal/contract"
 )
 
@@ -142,7 +140,7 @@ func TestServeCutsASessionWhenTheLeaseMoves(t *testing.T) {
 
 	// And the Lease deleted (the run's rig released): the next holder's
 	// stream is cut as well.
-	next, _ := f.attemptToken(t, "r2", "rig-a", contract.DefaultRigAudience)
+	next, nextPod := f.attemptToken(t, "r2", "rig-a", contract.DefaultRigAudience)
 	req, _ = http.NewRequest(http.MethodGet, base+"/mcp", nil)
 	req.Header.Set("Authorization", "Bearer "+next)
 	resp2, err := http.DefaultClient.Do(req)
@@ -153,18 +151,44 @@ func TestServeCutsASessionWhenTheLeaseMoves(t *testing.T) {
 	if resp2.StatusCode != http.StatusOK {
 		t.Fatalf("the new holder's stream: %d", resp2.StatusCode)
 	}
-	var l = f.lease(t, "rig-a", "r2")
+	l := f.lease(t, "rig-a", "r2")
 	if err := env.Client.Delete(context.Background(), l); err != nil {
 		t.Fatal(err)
 	}
+	waitCut(t, resp2, "its rig's Lease was deleted")
+
+	// And a pod being deleted loses its stream although its run still
+	// holds the Lease (it does until the pod has ended).
+	f.lease(t, "rig-a", "r2")
+	resp3, err := http.DefaultClient.Do(req.Clone(context.Background()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp3.Body.Close()
+	if resp3.StatusCode != http.StatusOK {
+		t.Fatalf("the holder's stream: %d", resp3.StatusCode)
+	}
+	if err := env.Client.Delete(context.Background(), nextPod); err != nil {
+		t.Fatal(err)
+	}
+	waitCut(t, resp3, "its pod was deleted")
+}
+
+// waitCut wants the stream resp cut within a second.
+func waitCut(t *testing.T, resp *http.Response, after string) {
+	t.Helper()
+	start := time.Now()
 	cut := make(chan struct{})
 	go func() {
-		_, _ = io.Copy(io.Discard, resp2.Body)
+		_, _ = io.Copy(io.Discard, resp.Body)
 		close(cut)
 	}()
 	select {
 	case <-cut:
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("a stream was cut %s after %s, want within a second", d, after)
+		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("a stream still runs 5 s after its rig's Lease was deleted")
+		t.Fatalf("a stream still runs 5 s after %s", after)
 	}
 }

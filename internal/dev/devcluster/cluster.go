@@ -92,6 +92,7 @@ func Up(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		{"rignode (nodes " + strings.Join(nodeNames(cfg.nodes()), ", ") + ")", c.startNodes, false},
 		{"kubelet nodes " + strings.Join(nodeNames(cfg.kubeletNodes()), ", ") + " (containerd, runc)", c.startKubeletNodes, len(cfg.kubeletNodes()) == 0},
 		{"the operator (" + string(cfg.Manager) + ")", c.installOperator, false},
+		{"the rig gateway", c.startRigGateway, false},
 		{fmt.Sprintf("%d DeviceRigs", cfg.Rigs), c.registerRigs, false},
 	}
 	for _, s := range steps {
@@ -167,7 +168,7 @@ func (c *Cluster) prepare(ctx context.Context) error {
 	}
 	server := c.APIServerURL()
 	kcs := map[string]string{c.Kubeconfig: "admin"}
-	for _, id := range []string{"kube-controller-manager", "kube-scheduler", "manager"} {
+	for _, id := range []string{"kube-controller-manager", "kube-scheduler", "manager", "rig-gateway"} {
 		kcs[c.kubeconfigOf(id)] = id
 	}
 	for _, n := range nodes {
@@ -217,7 +218,15 @@ func (c *Cluster) ModelBaseURL() string {
 	return fmt.Sprintf("http://127.0.0.1:%d/v1", c.Ports().Modelsim)
 }
 
-// RigURL is the base URL of rig i on rigsim (…/mcp, …/api/status, …/api/sim/state).
+// GatewayURL is the base URL of rig i behind the rig gateway, which its
+// DeviceRig names (…/mcp; …/api/status, open to the manager's probes).
+func (c *Cluster) GatewayURL(i int) string {
+	return fmt.Sprintf("http://127.0.0.1:%d/rigs/%s/%s", c.Ports().RigGateway, RunNamespace, RigName(i))
+}
+
+// RigURL is the base URL of rig i on rigsim itself (…/mcp, …/api/status,
+// …/api/sim/state): the tests' ground truth and fault injection. Loop pods
+// go through the gateway (GatewayURL).
 func (c *Cluster) RigURL(i int) string {
 	return fmt.Sprintf("http://127.0.0.1:%d/rigs/%s", c.Ports().Rigsim, RigName(i))
 }
@@ -227,7 +236,7 @@ func (c *Cluster) checkPorts() error {
 	named := map[string]int{"etcd": p.Etcd, "etcd peer": p.EtcdPeer, "kube-apiserver": p.APIServer,
 		"kube-controller-manager": p.ControllerManager, "kube-scheduler": p.Scheduler,
 		"manager metrics": p.ManagerMetrics, "manager probes": p.ManagerProbes, "modelsim": p.Modelsim, "rigsim": p.Rigsim,
-		"registry": p.Registry, "trace server": p.TraceServer}
+		"registry": p.Registry, "trace server": p.TraceServer, "rig gateway": p.RigGateway}
 	for _, n := range c.nodes() {
 		named["rignode "+n.name] = n.port
 	}
@@ -388,6 +397,25 @@ func (c *Cluster) startSimulators(ctx context.Context) error {
 	})
 }
 
+// startRigGateway starts `rignode gateway` in front of rigsim's rigs, as
+// a rig host runs it in front of its phones (docs/rig-contract.md, "The rig
+// gateway"), with an identity bound to the chart's rig-gateway ClusterRole,
+// and waits until a rig's health route answers through it.
+func (c *Cluster) startRigGateway(ctx context.Context) error {
+	args := []string{"gateway", "--kubeconfig=" + c.kubeconfigOf("rig-gateway"),
+		fmt.Sprintf("--listen=127.0.0.1:%d", c.Ports().RigGateway)}
+	for i := 0; i < c.Rigs; i++ {
+		args = append(args, fmt.Sprintf("--rig=%s/%s=%s", RunNamespace, RigName(i), c.RigURL(i)))
+	}
+	gw, err := c.run("rig-gateway", c.bin("rignode"), args, nil)
+	if err != nil {
+		return err
+	}
+	return waitFor(ctx, "the rig gateway", 30*time.Second, []*Proc{gw}, func() error {
+		return httpOK(ctx, http.DefaultClient, c.GatewayURL(0)+"/api/status")
+	})
+}
+
 // startNodes starts the rignode agents: the untainted system node (the
 // manager, follow-up Jobs), the tainted rig host (loop pods) and the rigs'
 // own hosts. They pull every image from the cluster's registry.
@@ -439,7 +467,7 @@ func (c *Cluster) registerRigs(ctx context.Context) error {
 			return fmt.Errorf("create DeviceRig %s: %w", rig.Name, err)
 		}
 	}
-	return waitFor(ctx, "every DeviceRig Ready", 2*time.Minute, c.procsNamed("manager", "rignode-"+SystemNode, "rigsim"), func() error {
+	return waitFor(ctx, "every DeviceRig Ready", 2*time.Minute, c.procsNamed("manager", "rignode-"+SystemNode, "rigsim", "rig-gateway"), func() error {
 		var list farmv1.DeviceRigList
 		if err := c.Client.List(ctx, &list, client.InNamespace(RunNamespace)); err != nil {
 			return err
@@ -463,12 +491,12 @@ func (c *Cluster) DeviceRig(i int) *farmv1.DeviceRig {
 	rig.Namespace, rig.Name = RunNamespace, RigName(i)
 	rig.Labels = map[string]string{"pool": "sim", "farm.clawfarm.dev/dev-cluster": "true"}
 	rig.Spec.NodeName = c.RigHost(i)
-	rig.Spec.Endpoint.URL = c.RigURL(i) + "/mcp"
-	rig.Spec.Endpoint.HealthURL = c.RigURL(i) + "/api/status"
+	rig.Spec.Endpoint.URL = c.GatewayURL(i) + "/mcp"
+	rig.Spec.Endpoint.HealthURL = c.GatewayURL(i) + "/api/status"
 	rig.Spec.Phone.Platform, rig.Spec.Phone.Model = "ios", "rigsim"
 	rig.Spec.StateVolume.HostPath = filepath.Join(c.Dir, "rigs", rig.Name)
-	// rigsim listens on the host's loopback, as PhysiClaw on a Linux rig
-	// host would: the kubelet node's loop pods share the host's network.
+	// The rig gateway listens on the host's loopback, as rigsim does: the
+	// kubelet node's loop pods share the host's network.
 	rig.Spec.HostNetwork = c.OnKubelet(i)
 	return rig
 }

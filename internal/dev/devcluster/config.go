@@ -23,6 +23,9 @@ const (
 	ServiceCIDR = "10.0.0.0/24"
 	// HostManagerUser is the client-certificate user a host-process manager runs as.
 	HostManagerUser = "clawfarm-manager"
+	// RigGatewayUser is the client-certificate user the rig gateway runs
+	// as, bound to the chart's rig-gateway ClusterRole and nothing more.
+	RigGatewayUser = "clawfarm-rig-gateway"
 	// SystemNode is the untainted node: the manager and follow-up Jobs run there.
 	SystemNode = "dev-system"
 	// RigNode is the rig host: tainted farm.clawfarm.dev/rig, every DeviceRig
@@ -112,6 +115,7 @@ type Ports struct {
 	Modelsim, Rigsim                                        int
 	Registry                                                int
 	TraceServer                                             int
+	RigGateway                                              int
 }
 
 // Ports returns the port of each component.
@@ -121,12 +125,13 @@ func (c Config) Ports() Ports {
 		Etcd: b, EtcdPeer: b + 1, APIServer: b + 2, ControllerManager: b + 3, Scheduler: b + 4,
 		SystemKubelet: b + 5, RigKubelet: b + 6, ManagerMetrics: b + 7, ManagerProbes: b + 8,
 		Modelsim: b + 9, Rigsim: b + 10, Registry: b + 11, TraceServer: b + 12,
+		RigGateway: b + 13,
 	}
 }
 
 // PortCount is how many consecutive ports a cluster uses, besides one for
 // each rig host of a rig's own (Config.OwnHosts), which come after them.
-const PortCount = 13
+const PortCount = 14
 
 // portCount is how many consecutive ports this cluster uses: one more for
 // each kubelet node's kubelet, after the rigs' own hosts.

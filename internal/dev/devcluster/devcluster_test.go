@@ -91,7 +91,7 @@ func TestConfigDefaultsAndErrors(t *testing.T) {
 	p := c.Ports()
 	seen := map[int]bool{}
 	for _, port := range []int{p.Etcd, p.EtcdPeer, p.APIServer, p.ControllerManager, p.Scheduler, p.SystemKubelet, p.RigKubelet,
-		p.ManagerMetrics, p.ManagerProbes, p.Modelsim, p.Rigsim} {
+		p.ManagerMetrics, p.ManagerProbes, p.Modelsim, p.Rigsim, p.Registry, p.TraceServer, p.RigGateway} {
 		if seen[port] || port < c.BasePort || port >= c.BasePort+PortCount {
 			t.Fatalf("port %d repeated or outside [base, base+PortCount)", port)
 		}

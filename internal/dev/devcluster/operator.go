@@ -186,6 +186,10 @@ func (c *Cluster) renderChart(ctx context.Context) (string, error) {
 	setJSON("admission.model.baseURLPrefixes", urls)
 	setJSON("admission.pods.imagePrefixes", []string{c.RegistryHost() + "/", ForeignImagePrefix})
 	setJSON("admission.rigs.hostPathPrefix", filepath.Join(c.Dir, "rigs")+"/")
+	// The rig gateway runs as a user of its own, bound to the chart's
+	// rig-gateway ClusterRole and nothing more.
+	args = append(args, "--set", "rigGateway.rbac.create=true")
+	setJSON("rigGateway.rbac.subjects", []map[string]string{{"kind": "User", "name": RigGatewayUser}})
 	// On KubeletSystemNode the manager and the trace server are containers
 	// in the node's network namespace: there is no pod network here that
 	// reaches the host's loopback, where the API server, the rigs and

@@ -57,6 +57,7 @@ func identities(nodes []string) []identity {
 		{name: "kube-controller-manager", cn: "system:kube-controller-manager", client: true},
 		{name: "kube-scheduler", cn: "system:kube-scheduler", client: true},
 		{name: "manager", cn: HostManagerUser, client: true},
+		{name: "rig-gateway", cn: RigGatewayUser, client: true},
 	}
 	for _, n := range nodes {
 		orgs := []string{"system:nodes", "system:masters"}
