@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/internal/contract"
 )
 
 // Extra keys the API server puts in a pod-bound token's user info.
@@ -134,7 +135,7 @@ func callerOf(p *corev1.Pod) (*Caller, error) {
 	}
 	for _, o := range p.OwnerReferences {
 		if o.Kind == "AgentRun" && o.Name == run && o.Controller != nil && *o.Controller {
-			return &Caller{Namespace: p.Namespace, Pod: p.Name, Run: run, RunUID: o.UID, Rig: rig}, nil
+			return &Caller{Namespace: p.Namespace, Pod: p.Name, Run: run, RunUID: o.UID, Rig: rig, Policies: policiesOf(p)}, nil
 		}
 	}
 	return nil, fmt.Errorf("%w: pod %s/%s is not owned by AgentRun %s", ErrForbidden, p.Namespace, p.Name, run)
@@ -145,4 +146,16 @@ func first(v []string) string {
 		return ""
 	}
 	return v[0]
+}
+
+// policiesOf is the ToolPolicies setting of the pod's containers.
+func policiesOf(p *corev1.Pod) string {
+	for _, c := range p.Spec.Containers {
+		for _, e := range c.Env {
+			if e.Name == contract.SettingToolPolicies.Env {
+				return e.Value
+			}
+		}
+	}
+	return ""
 }

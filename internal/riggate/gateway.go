@@ -38,6 +38,9 @@ type Caller struct {
 	Run       string
 	RunUID    types.UID
 	Rig       string
+	// Policies are the ToolPolicies the manager gave the pod (its
+	// CLAWFARM_TOOL_POLICIES), JSON; empty: none.
+	Policies string
 }
 
 // ErrUnauthenticated is a token the API server does not accept (401);
@@ -65,7 +68,12 @@ type Gateway struct {
 	// reaches without a token: the health route the manager probes, which
 	// says whether the rig is ready and shows nothing of the phone.
 	Public []string
-	Logf   func(format string, args ...any)
+	// Runs reads AgentRuns (a watch-fed cache in production): a call that
+	// the run's ToolPolicies hold for approval needs the run's answer.
+	Runs client.Reader
+	Logf func(format string, args ...any)
+
+	guard guard
 
 	mu       sync.Mutex
 	sessions map[string]map[*session]struct{} // namespace/rig → requests in flight
@@ -125,7 +133,33 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.refuse(w, err)
 		return
 	}
-	g.forward(w, r.WithContext(ctx), ns, rig, up, rest)
+	call, err := readCall(r)
+	switch {
+	case errors.Is(err, errTooLarge):
+		http.Error(w, "the request is over the gateway's 4 MiB", http.StatusRequestEntityTooLarge)
+		return
+	case errors.Is(err, ErrForbidden):
+		g.refuse(w, err)
+		return
+	case errors.Is(err, errMalformed):
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	case err != nil:
+		http.Error(w, "reading the request: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	if call == nil || c.Policies == "" {
+		g.forward(w, r.WithContext(ctx), ns, rig, up, rest)
+		return
+	}
+	t, err := g.check(ctx, c, call)
+	if err != nil {
+		g.refuse(w, err)
+		return
+	}
+	cw := &capture{ResponseWriter: w}
+	g.forward(cw, r.WithContext(ctx), ns, rig, up, rest)
+	g.guard.replied(c, cw.Header().Get("Content-Type"), cw.buf.Bytes(), !cw.overflow && ctx.Err() == nil, t)
 }
 
 // forward proxies r to the rig's own server, without the caller's
@@ -190,6 +224,7 @@ func (g *Gateway) LeaseChanged(namespace, rig string, l *coordinationv1.Lease) {
 // run still holds the Lease until the pod has ended. The binary calls it
 // from the pods' watch.
 func (g *Gateway) PodGone(namespace, pod string) {
+	g.guard.forgetPod(namespace, pod)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for key, sessions := range g.sessions {

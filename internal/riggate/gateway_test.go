@@ -89,8 +89,10 @@ type farm struct {
 	gw     *Gateway
 	http   *httptest.Server
 	rigURL string // the rig's own server
-	rig    *rigServer
-	runUID map[string]types.UID
+	// policies is the CLAWFARM_TOOL_POLICIES of the attempt pods made next.
+	policies string
+	rig      *rigServer
+	runUID   map[string]types.UID
 }
 
 func newFarm(t *testing.T) *farm {
@@ -117,6 +119,7 @@ func newFarm(t *testing.T) *farm {
 		Upstream: func(ns, rig string) (*url.URL, bool) { return upURL, ns == f.ns && (rig == "rig-a" || rig == "rig-b") },
 		Auth:     &KubeAuthority{Client: cs, Pods: env.Client, Audience: contract.DefaultRigAudience},
 		Leases:   env.Client,
+		Runs:     env.Client,
 		Logf:     t.Logf,
 	}
 	f.http = httptest.NewServer(f.gw)
@@ -156,6 +159,9 @@ func (f *farm) attemptToken(t *testing.T, run, rig, audience string) (string, *c
 				UID: f.runUID[run], Controller: ptr.To(true)}}},
 		Spec: corev1.PodSpec{ServiceAccountName: "loop", Containers: []corev1.Container{{Name: "loop", Image: "loop"}}},
 	}
+	if f.policies != "" {
+		pod.Spec.Containers[0].Env = []corev1.EnvVar{{Name: contract.SettingToolPolicies.Env, Value: f.policies}}
+	}
 	if err := env.Client.Create(context.Background(), pod); err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +186,7 @@ func token(t *testing.T, ns string, pod *corev1.Pod, audience string) string {
 
 func (f *farm) call(t *testing.T, rig, tok string) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, f.http.URL+"/rigs/"+f.ns+"/"+rig+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/call"}`))
+	req, _ := http.NewRequest(http.MethodPost, f.http.URL+"/rigs/"+f.ns+"/"+rig+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"peek"}}`))
 	if tok != "" {
 		req.Header.Set("Authorization", "Bearer "+tok)
 	}

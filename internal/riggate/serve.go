@@ -86,8 +86,9 @@ func ParseRigs(entries []string) (map[string]*url.URL, error) {
 
 // Serve runs a gateway in front of o.Rigs until ctx ends. It watches the
 // rigs' Leases and the attempt pods of their namespaces, to cut a session
-// the moment its Lease moves or its pod is deleted, and serves at once: the public health
-// route needs neither, and a call waits for the watches to be in sync.
+// the moment its Lease moves or its pod is deleted, and their AgentRuns,
+// for the approvals the ToolPolicies ask (guard.go). It serves at once: the
+// public health route needs no watch, and a call waits for them to be in sync.
 func Serve(ctx context.Context, o Options) error {
 	if o.Audience == "" {
 		o.Audience = contract.DefaultRigAudience
@@ -111,6 +112,9 @@ func Serve(ctx context.Context, o Options) error {
 	if err := coordinationv1.AddToScheme(scheme); err != nil {
 		return err
 	}
+	if err := farmv1.AddToScheme(scheme); err != nil {
+		return err
+	}
 	attempts := labels.SelectorFromSet(labels.Set{farmv1.LabelKind: "attempt"})
 	objects, err := cache.New(o.Config, cache.Options{Scheme: scheme, DefaultNamespaces: namespaces,
 		ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: attempts}}})
@@ -132,6 +136,7 @@ func Serve(ctx context.Context, o Options) error {
 		},
 		Auth:   &KubeAuthority{Client: cs, Pods: objects, Live: live, Audience: o.Audience},
 		Leases: objects,
+		Runs:   objects,
 		Public: o.Public,
 		Logf:   logf,
 	}
@@ -179,6 +184,25 @@ func Serve(ctx context.Context, o Options) error {
 		return err
 	}
 
+	runs, err := objects.GetInformer(ctx, &farmv1.AgentRun{})
+	if err != nil {
+		return err
+	}
+	if _, err := runs.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { noteRun(g, obj) },
+		UpdateFunc: func(_, obj any) { noteRun(g, obj) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if r, ok := obj.(*farmv1.AgentRun); ok {
+				g.ForgetRun(r.UID)
+			}
+		},
+	}); err != nil {
+		return err
+	}
+
 	ln, err := net.Listen("tcp", o.Listen)
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
@@ -221,4 +245,10 @@ func Serve(ctx context.Context, o Options) error {
 		_ = srv.Close()
 	}
 	return nil
+}
+
+func noteRun(g *Gateway, obj any) {
+	if r, ok := obj.(*farmv1.AgentRun); ok {
+		g.NoteRun(r)
+	}
 }

@@ -149,7 +149,8 @@ func TestServeCutsASessionWhenTheLeaseMoves(t *testing.T) {
 	}
 	defer resp2.Body.Close()
 	if resp2.StatusCode != http.StatusOK {
-		t.Fatalf("the new holder's stream: %d", resp2.StatusCode)
+		b, _ := io.ReadAll(resp2.Body)
+		t.Fatalf("the new holder's stream: %d %s", resp2.StatusCode, b)
 	}
 	l := f.lease(t, "rig-a", "r2")
 	if err := env.Client.Delete(context.Background(), l); err != nil {
@@ -160,14 +161,24 @@ func TestServeCutsASessionWhenTheLeaseMoves(t *testing.T) {
 	// And a pod being deleted loses its stream although its run still
 	// holds the Lease (it does until the pod has ended).
 	f.lease(t, "rig-a", "r2")
-	resp3, err := http.DefaultClient.Do(req.Clone(context.Background()))
-	if err != nil {
-		t.Fatal(err)
+	// (The gateway's watch sees the new Lease a moment after it is made.)
+	var resp3 *http.Response
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		resp3, err = http.DefaultClient.Do(req.Clone(context.Background()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp3.StatusCode == http.StatusOK {
+			break
+		}
+		b, _ := io.ReadAll(resp3.Body)
+		resp3.Body.Close()
+		if time.Now().After(deadline) {
+			t.Fatalf("the holder's stream: %d %s", resp3.StatusCode, b)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	defer resp3.Body.Close()
-	if resp3.StatusCode != http.StatusOK {
-		t.Fatalf("the holder's stream: %d", resp3.StatusCode)
-	}
 	if err := env.Client.Delete(context.Background(), nextPod); err != nil {
 		t.Fatal(err)
 	}

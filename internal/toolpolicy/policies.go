@@ -106,6 +106,10 @@ func (p *Policies) Before(ctx context.Context, turn int, c Call) Decision {
 	return best
 }
 
+// Rules decides a call by the rules alone, asking no webhook: what the rig
+// gateway re-checks (internal/riggate), where a webhook would be asked twice.
+func (p *Policies) Rules(c Call) Decision { return decideRules(p.set, c) }
+
 // After tells the AfterToolCall webhooks what a call returned, off the
 // session's path: their answers are not read.
 func (p *Policies) After(turn int, c Call, result string, isError bool) {

@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -226,15 +227,23 @@ func TestCancel(t *testing.T) {
 func cancel(t *testing.T, rigCancel int, sfx string) {
 	setFaults(t, rigCancel, crawlingTaps)
 	create(t, newRun("e2e-cancel"+sfx, rigCancel, "timer", "Set a 5 minute timer in the Clock app and start it."))
-	runningPod(t, "e2e-cancel"+sfx+"-a1", time.Minute)
+	pod := runningPod(t, "e2e-cancel"+sfx+"-a1", time.Minute)
 	// The loop patches its progress into the run (through the pod's service account).
 	run := waitRun(t, "e2e-cancel"+sfx, time.Minute, "showing the loop's progress", func(r *farmv1.AgentRun) bool {
 		return r.Status.Progress != nil && r.Status.Progress.Turn >= 1
 	})
+	// The rig's gateway lets the pod in and nobody else, on any rig.
+	tok := rigToken(t, pod.Spec.ServiceAccountName, pod)
+	if code, body := throughGateway(t, rigCancel, tok); code != http.StatusOK {
+		t.Fatalf("the lease holder's pod through the gateway: %d %q", code, body)
+	}
+	strangersRefused(t, rigCancel, pod.Spec.ServiceAccountName, tok)
 	patch := client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"cancel":true}}`))
+	cancelled := time.Now()
 	if err := cluster.Client.Patch(ctxFor(t, 10*time.Second), run, patch); err != nil {
 		t.Fatalf("cancel: %v", err)
 	}
+	sessionCut(t, rigCancel, pod, tok, cancelled)
 	run = waitFinished(t, "e2e-cancel"+sfx, farmv1.RunCancelled)
 	if succeededReason(run) != farmv1.ReasonCancelled {
 		t.Fatalf("reason %q, want Cancelled", succeededReason(run))
