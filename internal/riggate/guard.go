@@ -185,6 +185,7 @@ func (g *Gateway) check(ctx context.Context, c *Caller, call *toolCall) (*ticket
 	d := p.Rules(toolpolicy.Call{Tool: call.Name, Args: call.Args, Screen: g.guard.screen(c)})
 	switch {
 	case d.Blocked():
+		g.logf("rig %s/%s: refused %s of pod %s: ToolPolicy %s, rule %s", c.Namespace, c.Rig, call.Name, c.Pod, d.Policy, d.Rule)
 		return nil, fmt.Errorf("%w: %s is refused by ToolPolicy %s (rule %s), checked again at the rig's gateway", ErrForbidden, call.Name, d.Policy, d.Rule)
 	case !d.NeedsApproval():
 		return nil, nil
@@ -199,6 +200,7 @@ func (g *Gateway) check(ctx context.Context, c *Caller, call *toolCall) (*ticket
 	decision, id, ok := contract.ParseApprovalAnswer(run.Annotations[contract.AnnotationApproval])
 	if ok && decision == contract.Approve && run.UID == c.RunUID {
 		if t := g.guard.take(c.RunUID, id, call.Name, d); t != nil {
+			g.logf("rig %s/%s: %s of pod %s goes through on approval %s (ToolPolicy %s, rule %s)", c.Namespace, c.Rig, call.Name, c.Pod, id, d.Policy, d.Rule)
 			return t, nil
 		}
 	}
