@@ -4,10 +4,13 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 
+	"github.com/go-logr/logr"
 	"k8s.io/client-go/tools/clientcmd"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/riggate"
@@ -50,8 +53,12 @@ func gateway(ctx context.Context, args []string) int {
 	}
 	cfg.QPS, cfg.Burst = 50, 100
 	cfg.UserAgent = "clawfarm-rig-gateway/" + version.String()
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	// The watches' own log lines (client-go's reflectors, through
+	// controller-runtime) go to the same place, at warnings and above.
+	ctrllog.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	o := riggate.Options{Listen: *listen, Rigs: parsed, Config: cfg, Audience: *audience,
-		Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, "rignode gateway: "+f+"\n", a...) }}
+		Logf: func(f string, a ...any) { logger.Info(fmt.Sprintf(f, a...)) }}
 	if len(public) > 0 {
 		o.Public = public
 	}
