@@ -2,6 +2,8 @@ package riggate
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -16,6 +18,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/clawfarm/clawfarm/internal/rig/listing"
+	"github.com/clawfarm/clawfarm/internal/toolpolicy"
 )
 
 // oneCaller is a steady state's authority: the token's review cached, its
@@ -26,14 +31,37 @@ func (o oneCaller) Caller(context.Context, string) (*Caller, error) { c := o.c; 
 
 // BenchmarkGatewayCall is the cost the gateway adds to a rig call once the
 // token's review is cached: the Lease read from an in-memory reader (the
-// watch-fed cache of production), the proxying, one more loopback hop. It
-// reports the median and p99 of calls through the gateway and of the same
-// calls straight to the rig, and their difference; the design budget is
-// 5 ms at p99 (docs/benchmarks.md, "Rig gateway").
+// watch-fed cache of production), the proxying, one more loopback hop; and,
+// in "policies", the call checked again against three ToolPolicy rules on
+// the screen read from the last reply (a 40-row listing, as a real screen
+// has). It reports the median and p99 of calls through the gateway and of
+// the same calls straight to the rig, and their difference; the design
+// budget is 5 ms at p99 (docs/benchmarks.md, "Rig gateway").
 func BenchmarkGatewayCall(b *testing.B) {
+	set := toolpolicy.Set{Policies: []toolpolicy.Policy{{Name: "farm", Rules: []toolpolicy.Rule{
+		{Name: "no-pay", Tools: []string{"tap"}, Expression: `targets.exists(e, e.label.matches('(?i)pay|buy'))`, Action: toolpolicy.Block},
+		{Name: "no-settings", Tools: []string{"tap"}, Expression: `screen.exists(e, e.label == "Erase All Content")`, Action: toolpolicy.Block},
+		{Name: "clipboard", Tools: []string{"send_to_clipboard"}, Expression: `text.size() > 100`, Action: toolpolicy.Approve},
+	}}}}
+	policies, err := set.Encode()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("bare", func(b *testing.B) { benchGateway(b, "") })
+	b.Run("policies", func(b *testing.B) { benchGateway(b, policies) })
+}
+
+func benchGateway(b *testing.B, policies string) {
+	rows := []string{listing.Header}
+	for i := range 40 {
+		rows = append(rows, fmt.Sprintf(`%d [text] "Row %d" [0.1,%.3f,0.9,%.3f] 0.97`, i, i, float64(i)/40, float64(i+1)/40))
+	}
+	text, _ := json.Marshal("Tapped at bbox [0.4, 0.6, 0.58, 0.66]\n" + strings.Join(rows, "\n"))
+	reply := fmt.Sprintf("event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"content\":[{\"type\":\"text\",\"text\":%s}]}}\n\n", text)
 	rig := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
-		io.WriteString(w, `{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"Tapped at bbox [0.4, 0.6, 0.58, 0.66]"}]}}`)
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, reply)
 	}))
 	defer rig.Close()
 	up, _ := url.Parse(rig.URL)
@@ -44,7 +72,7 @@ func BenchmarkGatewayCall(b *testing.B) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: "farm", Name: "rig-a"}, Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder}}).Build()
 	gw := &Gateway{
 		Upstream: func(string, string) (*url.URL, bool) { return up, true },
-		Auth:     oneCaller{Caller{Namespace: "farm", Pod: "r-a1", Run: "r", RunUID: "run-uid", Rig: "rig-a"}},
+		Auth:     oneCaller{Caller{Namespace: "farm", Pod: "r-a1", Run: "r", RunUID: "run-uid", Rig: "rig-a", Policies: policies}},
 		Leases:   leases,
 	}
 	front := httptest.NewServer(gw)
