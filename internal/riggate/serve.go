@@ -144,21 +144,14 @@ func Serve(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	changed := func(obj any) {
-		if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-			obj = d.Obj
-		}
-		if l, ok := obj.(*coordinationv1.Lease); ok {
-			g.LeaseChanged(l.Namespace, l.Name, l)
-		}
-	}
 	if _, err := leases.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		UpdateFunc: func(_, obj any) { changed(obj) },
-		DeleteFunc: func(obj any) {
-			if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-				obj = d.Obj
-			}
+		UpdateFunc: func(_, obj any) {
 			if l, ok := obj.(*coordinationv1.Lease); ok {
+				g.LeaseChanged(l.Namespace, l.Name, l)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if l, ok := tombstone(obj).(*coordinationv1.Lease); ok {
 				g.LeaseChanged(l.Namespace, l.Name, nil)
 			}
 		},
@@ -169,17 +162,17 @@ func Serve(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	podGone := func(obj any, deleted bool) {
-		if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-			obj = d.Obj
-		}
-		if p, ok := obj.(*corev1.Pod); ok && (deleted || p.DeletionTimestamp != nil) {
-			g.PodGone(p.Namespace, p.Name)
-		}
-	}
 	if _, err := pods.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		UpdateFunc: func(_, obj any) { podGone(obj, false) },
-		DeleteFunc: func(obj any) { podGone(obj, true) },
+		UpdateFunc: func(_, obj any) {
+			if p, ok := obj.(*corev1.Pod); ok && p.DeletionTimestamp != nil {
+				g.PodGone(p.Namespace, p.Name)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if p, ok := tombstone(obj).(*corev1.Pod); ok {
+				g.PodGone(p.Namespace, p.Name)
+			}
+		},
 	}); err != nil {
 		return err
 	}
@@ -192,10 +185,7 @@ func Serve(ctx context.Context, o Options) error {
 		AddFunc:    func(obj any) { noteRun(g, obj) },
 		UpdateFunc: func(_, obj any) { noteRun(g, obj) },
 		DeleteFunc: func(obj any) {
-			if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-				obj = d.Obj
-			}
-			if r, ok := obj.(*farmv1.AgentRun); ok {
+			if r, ok := tombstone(obj).(*farmv1.AgentRun); ok {
 				g.ForgetRun(r.UID)
 			}
 		},
@@ -251,4 +241,13 @@ func noteRun(g *Gateway, obj any) {
 	if r, ok := obj.(*farmv1.AgentRun); ok {
 		g.NoteRun(r)
 	}
+}
+
+// tombstone is the object a delete event names: the last state the watch
+// saw, when it missed the deletion itself.
+func tombstone(obj any) any {
+	if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		return d.Obj
+	}
+	return obj
 }
