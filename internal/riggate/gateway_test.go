@@ -184,9 +184,18 @@ func token(t *testing.T, ns string, pod *corev1.Pod, audience string) string {
 	return tr.Status.Token
 }
 
+// call makes a peek on the rig with the token (none when empty).
 func (f *farm) call(t *testing.T, rig, tok string) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, f.http.URL+"/rigs/"+f.ns+"/"+rig+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"peek"}}`))
+	return f.callTool(t, rig, tok, "peek", "{}")
+}
+
+// callTool posts a tools/call of tool with the JSON args to the rig, with
+// the token (none when empty), and returns the status and the body.
+func (f *farm) callTool(t *testing.T, rig, tok, tool, args string) (int, string) {
+	t.Helper()
+	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":%q,"arguments":%s}}`, tool, args)
+	req, _ := http.NewRequest(http.MethodPost, f.http.URL+"/rigs/"+f.ns+"/"+rig+"/mcp", strings.NewReader(body))
 	if tok != "" {
 		req.Header.Set("Authorization", "Bearer "+tok)
 	}

@@ -59,20 +59,6 @@ func (s *toolRig) reached() []string {
 	return append([]string(nil), s.tools...)
 }
 
-func callTool(t *testing.T, f *farm, tok, tool, args string) (int, string) {
-	t.Helper()
-	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":%q,"arguments":%s}}`, tool, args)
-	req, _ := http.NewRequest(http.MethodPost, f.http.URL+"/rigs/"+f.ns+"/rig-a/mcp", strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+tok)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
-
 // newPolicyFarm is a farm whose attempt pods carry a ToolPolicy that
 // blocks tapping Pay and holds every clipboard write for approval, over a
 // toolRig.
@@ -103,17 +89,17 @@ func TestGatewayRechecksToolPolicyRules(t *testing.T) {
 
 	pay := `{"bbox":[0.4,0.82,0.6,0.88]}`
 	// No screen seen yet: nothing marks the spot as Pay.
-	if code, body := callTool(t, f, tok, "tap", pay); code != http.StatusOK {
+	if code, body := f.callTool(t, "rig-a", tok, "tap", pay); code != http.StatusOK {
 		t.Fatalf("a tap before any screen: %d %s", code, body)
 	}
-	if code, body := callTool(t, f, tok, "peek", `{}`); code != http.StatusOK {
+	if code, body := f.callTool(t, "rig-a", tok, "peek", `{}`); code != http.StatusOK {
 		t.Fatalf("peek: %d %s", code, body)
 	}
-	code, body := callTool(t, f, tok, "tap", pay)
+	code, body := f.callTool(t, "rig-a", tok, "tap", pay)
 	if code != http.StatusForbidden || !strings.Contains(body, "refused by ToolPolicy payments (rule no-pay)") {
 		t.Errorf("tapping Pay on the screen the gateway relayed: %d %s, want 403 naming the rule", code, body)
 	}
-	if code, body := callTool(t, f, tok, "tap", `{"bbox":[0.1,0.1,0.2,0.2]}`); code != http.StatusOK {
+	if code, body := f.callTool(t, "rig-a", tok, "tap", `{"bbox":[0.1,0.1,0.2,0.2]}`); code != http.StatusOK {
 		t.Errorf("a tap elsewhere: %d %s", code, body)
 	}
 	if got := strings.Join(rig.reached(), ","); got != "tap,peek,tap" {
@@ -169,7 +155,7 @@ func TestGatewayHoldsWhatNeedsApproval(t *testing.T) {
 	tok, _ := f.attemptToken(t, "r1", "rig-a", contract.DefaultRigAudience)
 	ctx := context.Background()
 	clip := `{"text":"4111 1111 1111 1111"}`
-	if code, body := callTool(t, f, tok, "send_to_clipboard", clip); code != http.StatusForbidden || !strings.Contains(body, "holds send_to_clipboard for a person's approval") {
+	if code, body := f.callTool(t, "rig-a", tok, "send_to_clipboard", clip); code != http.StatusForbidden || !strings.Contains(body, "holds send_to_clipboard for a person's approval") {
 		t.Fatalf("an unapproved call: %d %s, want 403", code, body)
 	}
 
@@ -192,7 +178,7 @@ func TestGatewayHoldsWhatNeedsApproval(t *testing.T) {
 		}
 	}
 	answer(contract.ApprovalAnswer(contract.Deny, "a1-t3-1-abcdef"))
-	if code, _ := callTool(t, f, tok, "send_to_clipboard", clip); code != http.StatusForbidden {
+	if code, _ := f.callTool(t, "rig-a", tok, "send_to_clipboard", clip); code != http.StatusForbidden {
 		t.Errorf("a denied call: %d, want 403", code)
 	}
 	answer(contract.ApprovalAnswer(contract.Approve, "a1-t3-1-abcdef"))
@@ -204,16 +190,16 @@ func TestGatewayHoldsWhatNeedsApproval(t *testing.T) {
 	rig.mu.Lock()
 	rig.busy = true
 	rig.mu.Unlock()
-	if code, body := callTool(t, f, tok, "send_to_clipboard", clip); code != http.StatusOK || !strings.Contains(body, "busy") {
+	if code, body := f.callTool(t, "rig-a", tok, "send_to_clipboard", clip); code != http.StatusOK || !strings.Contains(body, "busy") {
 		t.Fatalf("the approved call, the rig busy: %d %s", code, body)
 	}
 	rig.mu.Lock()
 	rig.busy = false
 	rig.mu.Unlock()
-	if code, body := callTool(t, f, tok, "send_to_clipboard", clip); code != http.StatusOK {
+	if code, body := f.callTool(t, "rig-a", tok, "send_to_clipboard", clip); code != http.StatusOK {
 		t.Fatalf("the approved call retried after busy: %d %s", code, body)
 	}
-	if code, body := callTool(t, f, tok, "send_to_clipboard", clip); code != http.StatusForbidden || !strings.Contains(body, "no approval of it left") {
+	if code, body := f.callTool(t, "rig-a", tok, "send_to_clipboard", clip); code != http.StatusForbidden || !strings.Contains(body, "no approval of it left") {
 		t.Errorf("the approved call a second time: %d %s, want 403", code, body)
 	}
 	if got := strings.Join(rig.reached(), ","); got != "send_to_clipboard,send_to_clipboard" {

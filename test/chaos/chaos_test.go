@@ -92,6 +92,9 @@ const ns = "farm"
 // accountKey is the capped model account's key Secret.
 const accountKey = "capped-key"
 
+// loopServiceAccount is the loop pods' service account.
+const loopServiceAccount = "clawfarm-loop"
+
 func TestChaos(t *testing.T) {
 	testenv.Needs(t, testenv.Assets)
 	sc := short
@@ -118,20 +121,31 @@ func TestChaos(t *testing.T) {
 		StringData: map[string]string{"key": "chaos"}}); err != nil {
 		t.Fatal(err)
 	}
+	// The loop pods' service account, as the chart makes it: their rig
+	// token is projected for it.
+	if err := c.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: loopServiceAccount}}); err != nil {
+		t.Fatal(err)
+	}
 	dir := t.TempDir()
 	img := startImages(t, ctx, dir)
 	agent := startRignode(t, env, dir, img)
 	defer agent.stop()
+	var gated []int
+	for i := sc.rigs; i < sc.allRigs(); i++ {
+		gated = append(gated, i)
+	}
+	gate := startGateway(t, env, dir, agent.bin, gated)
+	defer gate.stop()
 	for i := sc.rigs; i < sc.rigs+sc.rignodeRigs; i++ {
-		makeRignodeRig(t, env, agent, i)
+		makeRignodeRig(t, env, agent, gate, i)
 	}
 	node := startKubeletHost(t, ctx, env, dir, img)
 	defer node.stop()
 	for i := sc.rigs + sc.rignodeRigs; i < sc.allRigs(); i++ {
-		makeKubeletRig(t, env, node, i)
+		makeKubeletRig(t, env, node, gate, i)
 	}
 
-	h := &harness{t: t, c: c, sc: sc, rng: rand.New(rand.NewPCG(1, 2)), cancelled: map[string]bool{}, agent: agent, node: node}
+	h := &harness{t: t, c: c, sc: sc, rng: rand.New(rand.NewPCG(1, 2)), cancelled: map[string]bool{}, agent: agent, node: node, gate: gate}
 	h.kubelet = &fakekubelet.Kubelet{Client: c, Script: h.script, Observe: h.observe, Workers: 16,
 		Foreign: func(node string) bool { return node == rignodeNode || node == kubeletNode }}
 	go h.kubelet.Run(ctx)
@@ -151,6 +165,7 @@ func TestChaos(t *testing.T) {
 	go agent.faults(ctx, sc.rignodeKillEvery, sc.pauseAt, sc.pauseFor)
 	go node.faults(ctx, sc.kubeletKillEvery, sc.kubeletPauseAt, sc.pauseFor)
 	go node.watchRuntimes(ctx, c)
+	go gate.callAsStranger(ctx, gated)
 
 	finished := h.waitAllFinished(ctx, start.Add(sc.deadline))
 	wall := time.Since(start)
@@ -192,6 +207,7 @@ type harness struct {
 	kubelet *fakekubelet.Kubelet
 	agent   *agent
 	node    *kubeletHost
+	gate    *rigGate
 
 	mu           sync.Mutex
 	rng          *rand.Rand
@@ -569,7 +585,7 @@ func (r *replicas) start(i int) {
 		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=1s",
 		"--metrics-bind-address=0", "--health-probe-bind-address=0",
 		"--pod-startup-timeout=30s", "--node-lost-grace=5s", "--attempt-backoff=1s", "--rig-not-ready-grace=20s",
-		"--rig-probe-interval=2s", "--agentrun-workers=8", "--zap-log-level=error", "--loop-image="+r.loopImage)
+		"--rig-probe-interval=2s", "--agentrun-workers=8", "--loop-service-account="+loopServiceAccount, "--zap-log-level=error", "--loop-image="+r.loopImage)
 	cmd.Env, cmd.Stdout, cmd.Stderr = r.env, log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {

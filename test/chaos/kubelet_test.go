@@ -208,7 +208,7 @@ func (k *kubeletHost) stop() {
 // makeKubeletRig registers rig i on the kubelet host: host-network loop
 // pods, as a Linux rig host's phone server listens on its loopback, and a
 // state directory the rig's admin gave the loop's user.
-func makeKubeletRig(t *testing.T, env *testenv.Env, k *kubeletHost, i int) {
+func makeKubeletRig(t *testing.T, env *testenv.Env, k *kubeletHost, g *rigGate, i int) {
 	t.Helper()
 	dir := filepath.Join(k.rigsDir, rigName(i))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -220,8 +220,8 @@ func makeKubeletRig(t *testing.T, env *testenv.Env, k *kubeletHost, i int) {
 	rig := &farmv1.DeviceRig{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: rigName(i)},
 		Spec: farmv1.DeviceRigSpec{NodeName: kubeletNode, HostNetwork: true, Endpoint: farmv1.RigEndpoint{
-			URL:       env.Health.URL + "/rigs/" + rigName(i) + "/mcp",
-			HealthURL: env.Health.URL + "/rigs/" + rigName(i) + "/api/status",
+			URL:       g.rigURL(i) + "/mcp",
+			HealthURL: g.rigURL(i) + "/api/status",
 		}},
 	}
 	rig.Spec.StateVolume.HostPath = dir
@@ -262,11 +262,12 @@ func (k *kubeletHost) runtimes() map[string]int {
 }
 
 // The files the session program keeps in a rig's state directory
-// (test/chaos/session): one line per session, and one per session that
-// found the rig's lock taken.
+// (test/chaos/session): one line per session, one per session that found
+// the rig's lock taken, and one per session's rig call with its outcome.
 const (
 	sessionsFile = ".chaos-sessions"
 	overlapsFile = ".chaos-overlaps"
+	callsFile    = ".chaos-calls"
 )
 
 // lockLines are the lines of the session program's file name (sessionsFile,

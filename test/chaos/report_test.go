@@ -139,11 +139,28 @@ func (h *harness) report(wall time.Duration, runs []farmv1.AgentRun) {
 	figure("sessions over the model account's cap", overCap)
 	figure("joined runs that also ran alone", joinedAlone)
 	figure("joined runs their session does not list", joinedLost)
+	h.gate.mu.Lock()
+	admitted, intruders, strangers, strangeIn := h.gate.admitted, h.gate.intruders, h.gate.strangers, h.gate.strangeIn
+	h.gate.mu.Unlock()
+	figure("rig calls from runs without the rig's Lease", intruders)
+	var strangersIn []string
+	if strangeIn > 0 {
+		strangersIn = []string{fmt.Sprintf("%d of %d calls without a token answered", strangeIn, strangers)}
+	}
+	figure("strangers' rig calls the gateway let through", strangersIn)
 	fmt.Printf("  %-44s %d collected, %d steered\n", "runs that joined a session", joins[string(farmv1.QueueModeCollect)], joins[string(farmv1.QueueModeSteer)])
 	fmt.Printf("  %-44s %d at most, cap %d, %d of its runs\n", "capped model account's sessions at once", mostKeyed, h.sc.accountCap, len(keyed))
 	rignodeSessions, kubeletSessions := len(lockLines(h.agent.rigsDir, sessionsFile)), len(lockLines(h.node.rigsDir, sessionsFile))
 	runtimes := h.node.runtimes()
 	fmt.Printf("  %-44s %d on rignode, %d on the kubelet host (its pods' runtimes: %v)\n", "sessions played by real processes", rignodeSessions, kubeletSessions, runtimes)
+	calls := callOutcomes(h.agent.rigsDir, h.node.rigsDir)
+	fmt.Printf("  %-44s %d reached the rig, sessions saw %v; %d strangers' calls refused\n", "rig calls through the gateway", admitted, calls, strangers-strangeIn)
+	// The gateway lets the Lease holders' sessions in: most sessions'
+	// calls reach the rig (a session whose run was cancelled, or whose pod
+	// the manager gave up on, is refused, rightly), and strangers did call.
+	if sessions := rignodeSessions + kubeletSessions; admitted == 0 || calls["admitted"] < sessions/2 || strangers == 0 {
+		t.Errorf("rig calls: %d reached the rig, the %d sessions saw %v, %d strangers' calls: the gateway measured nothing", admitted, sessions, calls, strangers)
+	}
 	// The locks count nothing unless sessions ran there, and the kubelet
 	// host's ran as containerd's containers.
 	if rignodeSessions == 0 || kubeletSessions == 0 {

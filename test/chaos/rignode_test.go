@@ -130,13 +130,13 @@ func (a *agent) stop() {
 }
 
 // makeRignodeRig registers rig i on the rignode node, its state in a host directory.
-func makeRignodeRig(t *testing.T, env *testenv.Env, a *agent, i int) {
+func makeRignodeRig(t *testing.T, env *testenv.Env, a *agent, g *rigGate, i int) {
 	t.Helper()
 	rig := &farmv1.DeviceRig{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: rigName(i)},
 		Spec: farmv1.DeviceRigSpec{NodeName: rignodeNode, Endpoint: farmv1.RigEndpoint{
-			URL:       env.Health.URL + "/rigs/" + rigName(i) + "/mcp",
-			HealthURL: env.Health.URL + "/rigs/" + rigName(i) + "/api/status",
+			URL:       g.rigURL(i) + "/mcp",
+			HealthURL: g.rigURL(i) + "/api/status",
 		}},
 	}
 	rig.Spec.StateVolume.HostPath = filepath.Join(a.rigsDir, rigName(i))

@@ -8,11 +8,21 @@
 // that finds it taken appends itself to .chaos-overlaps in the directory,
 // and the benchmark counts those lines; every session appends itself to
 // .chaos-sessions, so the benchmark knows how many ran.
+//
+// Once it holds the lock, a session calls its rig once, as a loop does:
+// a tools/call to the rig endpoint with its pod's rig token, through the
+// rig gateway. It names itself in a header, so that the rig behind the
+// gateway can tell whose call it was handed, and appends the outcome to
+// .chaos-calls.
 package main
 
 import (
+	"bytes"
+	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -28,7 +38,11 @@ const (
 	lockFile     = ".chaos-lock"
 	sessionsFile = ".chaos-sessions"
 	overlapsFile = ".chaos-overlaps"
+	callsFile    = ".chaos-calls"
 )
+
+// SessionHeader names the session in its rig call: "<run> <attempt>".
+const SessionHeader = "X-Chaos-Session"
 
 func main() { os.Exit(run()) }
 
@@ -56,6 +70,10 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "session:", err)
 		return 1
 	}
+	if err := appendLine(filepath.Join(dir, callsFile), name+" "+attempt+" "+callRig(name+" "+attempt)); err != nil {
+		fmt.Fprintln(os.Stderr, "session:", err)
+		return 1
+	}
 	s := contract.Done
 	switch story, _, _ := strings.Cut(name, "-"); {
 	case strings.Contains(name, "-f"):
@@ -79,6 +97,37 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "session:", err)
 	}
 	return m.ExitCode()
+}
+
+// callRig makes one tools/call to the rig and says how it went: "admitted",
+// or "refused <status>" for a reply that is not 200, or "failed <error>".
+func callRig(session string) string {
+	url := os.Getenv(contract.SettingRigEndpoint.Env)
+	tok, err := os.ReadFile(os.Getenv(contract.SettingRigTokenFile.Env))
+	if url == "" || err != nil {
+		return fmt.Sprintf("failed no rig endpoint (%q) or token (%v)", url, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"peek","arguments":{}}}`
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader([]byte(body)))
+	if err != nil {
+		return "failed " + err.Error()
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
+	req.Header.Set(SessionHeader, session)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "failed " + strings.ReplaceAll(err.Error(), "\n", " ")
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Sprintf("refused %d", resp.StatusCode)
+	}
+	return "admitted"
 }
 
 func appendLine(path, line string) error {
