@@ -128,7 +128,9 @@ type DeviceRigStatus struct {
 	// Phase of the rig.
 	// +optional
 	Phase RigPhase `json:"phase,omitempty"`
-	// CurrentRun is the AgentRun holding the rig's lease.
+	// CurrentRun is the AgentRun holding the rig's lease. When the lease
+	// passes straight from one run to the next, it names the new run at
+	// most 10 seconds later (the Lease itself says at once).
 	// +optional
 	CurrentRun string `json:"currentRun,omitempty"`
 	// Health is the last health report.

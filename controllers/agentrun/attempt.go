@@ -190,9 +190,14 @@ func (r *Reconciler) startAttempt(ctx context.Context, run *farmv1.AgentRun, w w
 	err = r.Create(ctx, pod)
 	switch {
 	case err == nil:
-		if leasedNow {
+		// A run's first start is routine, and its RigLeased condition, its
+		// status.attempts and the pod tell it; an Event marks the starts
+		// that follow a STUCK or an infrastructure failure.
+		switch {
+		case next.Attempt <= 1 && next.Retry == 0:
+		case leasedNow:
 			r.ev().rigLeasedAndStarted(run, w.rig, pod, next.Attempt, next.Retry)
-		} else {
+		default:
 			r.ev().attemptStarted(run, pod, next.Attempt, next.Retry)
 		}
 		if st.StartTime == nil {

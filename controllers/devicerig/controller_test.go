@@ -122,6 +122,38 @@ func TestDeviceRigStatusFollowsTheWorld(t *testing.T) {
 	}
 }
 
+// A hand-over is written once HandOverRecordInterval (1 s in this suite)
+// has passed since the rig's last write: the status names the new holder
+// without any other change to bring it.
+func TestHandOverIsWrittenAfterTheInterval(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	env.MakeRig(t, ns, "rig", nil)
+	var runs []*farmv1.AgentRun
+	for _, name := range []string{"first", "second"} {
+		run := &farmv1.AgentRun{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: farmv1.AgentRunSpec{RigRef: &farmv1.RigReference{Name: "rig"}, Trigger: "hold the rig",
+				Model: farmv1.ModelSpec{Provider: "openai-compatible", Name: "sim/timer", BaseURL: "http://127.0.0.1:1/v1"}},
+		}
+		if err := env.Client.Create(ctx, run); err != nil {
+			t.Fatal(err)
+		}
+		runs = append(runs, run)
+	}
+	if res, err := lease.Acquire(ctx, env.Client, "rig", lease.HolderOf(runs[0])); err != nil || !res.Acquired {
+		t.Fatalf("acquire: %+v %v", res, err)
+	}
+	env.WaitRig(t, ns, "rig", func(r *farmv1.DeviceRig) bool { return r.Status.CurrentRun == "first" })
+	if ok, err := lease.HandOver(ctx, env.Client, "rig", lease.HolderOf(runs[0]), lease.HolderOf(runs[1])); err != nil || !ok {
+		t.Fatalf("hand over: %v %v", ok, err)
+	}
+	env.WaitRig(t, ns, "rig", func(r *farmv1.DeviceRig) bool {
+		return r.Status.Phase == farmv1.RigInUse && r.Status.CurrentRun == "second"
+	})
+}
+
 // A node that does not exist → Offline with NodeNotFound.
 func TestRigOnMissingNodeIsOffline(t *testing.T) {
 	t.Parallel()
