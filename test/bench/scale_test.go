@@ -302,7 +302,7 @@ func TestBenchScale(t *testing.T) {
 	fmt.Printf("  create→pod (free rig)   p50 %6.0f ms   p99 %6.0f ms   (%d runs; goal p99 < 2000 ms)\n", ms(percentile(free, 50)), ms(percentile(free, 99)), len(free))
 	fmt.Printf("  creating the runs       %6.1f s   (the client, 64 at a time)\n", createdAll.Seconds())
 	fmt.Printf("  drain                   %6.1f s   lower bound %.1f s   (goal ≤ 2×lower+30 s = %.0f s)\n", drain.Seconds(), lower.Seconds(), (2*lower + 30*time.Second).Seconds())
-	fmt.Printf("  API writes per run      %6.2f   (the manager's, audit log, events included; goal ≤ 10)\n", writesPerRun)
+	fmt.Printf("  API writes per run      %6.2f   (the manager's, audit log, events included; guard ≤ 9)\n", writesPerRun)
 	fmt.Print(writes.perUnit(size.runs))
 	if len(writes.refused) > 0 || throttled > 0 {
 		fmt.Printf("  refused writes          %v; throttled (429) requests %.0f\n", writes.refused, throttled)
@@ -323,8 +323,8 @@ func TestBenchScale(t *testing.T) {
 	if succeeded != finished || other != 0 {
 		t.Errorf("%d Succeeded, %d Failed; want %d Succeeded", succeeded, other, finished)
 	}
-	if writesPerRun > 12 { // the goal is 10; the guard leaves room for a slow machine's retried conflicts
-		t.Errorf("%.2f API writes per run, goal ≤ 10", writesPerRun)
+	if writesPerRun > 9 { // 7.75 measured; the guard leaves room for a slow machine's retried conflicts
+		t.Errorf("%.2f API writes per run, more than the guard's 9 (7.75 measured, docs/benchmarks.md)", writesPerRun)
 	}
 	// A probe that finds nothing new writes nothing; a rig's lastProbeTime
 	// is brought up to date at most once per 5 minutes
