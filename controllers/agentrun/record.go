@@ -2,12 +2,14 @@ package agentrun
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -136,9 +138,7 @@ func (r *Reconciler) record(ctx context.Context, run *farmv1.AgentRun, w world, 
 // then — except on a node that is gone, where no kubelet ever will.
 func (r *Reconciler) letGo(ctx context.Context, run *farmv1.AgentRun, e ending) error {
 	pod := e.pod
-	patch := client.MergeFrom(pod.DeepCopy())
-	controllerutil.RemoveFinalizer(pod, farmv1.FinalizerOutcome)
-	switch err := r.Patch(ctx, pod, patch); {
+	switch err := r.dropOutcomeFinalizer(ctx, pod); {
 	case err == nil:
 		r.notes.letGo(client.ObjectKeyFromObject(run), pod)
 	case !apierrors.IsNotFound(err):
@@ -195,4 +195,22 @@ func (r *Reconciler) finishWith(ctx context.Context, run *farmv1.AgentRun, now t
 	}
 	decided(ctx, run, "run finished", reason, "phase", phase)
 	r.ev().phase(run, phase, reason, message)
+}
+
+// dropOutcomeFinalizer removes the outcome finalizer from the pod with a
+// merge patch of its finalizers alone, the same patch client.MergeFrom
+// would compute from a copy of the whole pod, without the copy and the
+// two encodings of the pod that computing it takes.
+func (r *Reconciler) dropOutcomeFinalizer(ctx context.Context, pod *corev1.Pod) error {
+	var keep []string
+	for _, f := range pod.Finalizers {
+		if f != farmv1.FinalizerOutcome {
+			keep = append(keep, f)
+		}
+	}
+	data, err := json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": keep}})
+	if err != nil {
+		return err
+	}
+	return r.Patch(ctx, pod, client.RawPatch(types.MergePatchType, data))
 }

@@ -135,9 +135,7 @@ func (r *Reconciler) cleanUpOrphans(ctx context.Context, name types.NamespacedNa
 			alive = true
 		}
 		if controllerutil.ContainsFinalizer(pod, farmv1.FinalizerOutcome) && (terminal(pod) || pod.Spec.NodeName == "") {
-			patch := client.MergeFrom(pod.DeepCopy())
-			controllerutil.RemoveFinalizer(pod, farmv1.FinalizerOutcome)
-			if err := r.Patch(ctx, pod, patch); err != nil && !apierrors.IsNotFound(err) {
+			if err := r.dropOutcomeFinalizer(ctx, pod); err != nil && !apierrors.IsNotFound(err) {
 				return fmt.Errorf("remove finalizer of pod %s: %w", pod.Name, err)
 			}
 		}
