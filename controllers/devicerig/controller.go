@@ -163,6 +163,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // nothing else changed): what is left of HandOverRecordInterval since
 // this manager last wrote the rig's status. Zero: write now.
 func (r *Reconciler) handOverWait(key types.NamespacedName, before, st *farmv1.DeviceRigStatus, now time.Time) time.Duration {
+	interval := r.Config.HandOverRecordInterval
+	switch {
+	case interval < 0:
+		return 0
+	case interval == 0:
+		interval = DefaultHandOverRecordInterval
+	}
 	if before.Phase != farmv1.RigInUse || st.Phase != farmv1.RigInUse || before.CurrentRun == st.CurrentRun || before.CurrentRun == "" {
 		return 0
 	}
@@ -175,13 +182,6 @@ func (r *Reconciler) handOverWait(key types.NamespacedName, before, st *farmv1.D
 	same.CurrentRun = before.CurrentRun
 	if !equality.Semantic.DeepEqual(before, same) {
 		return 0
-	}
-	interval := r.Config.HandOverRecordInterval
-	switch {
-	case interval < 0:
-		return 0
-	case interval == 0:
-		interval = DefaultHandOverRecordInterval
 	}
 	return v.(time.Time).Add(interval).Sub(now)
 }

@@ -561,19 +561,26 @@ func startManagers(t *testing.T, env *testenv.Env, img *loopImage) *replicas {
 	t.Helper()
 	dir := t.TempDir()
 	bin := gobuild.Build(t, "../../cmd/manager")
-	kc, err := env.Kubeconfig("chaos-manager")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kcPath := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kcPath, kc, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	kcPath := kubeconfigFile(t, env, "chaos-manager", filepath.Join(dir, "kubeconfig"))
 	r := &replicas{t: t, bin: bin, env: append(os.Environ(), "KUBECONFIG="+kcPath), logDir: dir, loopImage: img.ref}
 	for i := range r.procs {
 		r.start(i)
 	}
 	return r
+}
+
+// kubeconfigFile writes a kubeconfig of a new administrator user of the
+// test's API server to path, and returns path.
+func kubeconfigFile(t *testing.T, env *testenv.Env, user, path string) string {
+	t.Helper()
+	kc, err := env.Kubeconfig(user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, kc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 func (r *replicas) start(i int) {

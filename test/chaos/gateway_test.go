@@ -55,14 +55,7 @@ func startGateway(t *testing.T, env *testenv.Env, dir, bin string, rigs []int) *
 	t.Helper()
 	g := &rigGate{t: t, c: env.Client, url: "http://127.0.0.1:" + fmt.Sprint(freePort(t))}
 	g.backend = httptest.NewServer(g.rig(env.Health))
-	kc, err := env.Kubeconfig("chaos-rig-gateway")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kcPath := filepath.Join(dir, "rig-gateway.kubeconfig")
-	if err := os.WriteFile(kcPath, kc, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	kcPath := kubeconfigFile(t, env, "chaos-rig-gateway", filepath.Join(dir, "rig-gateway.kubeconfig"))
 	args := []string{"gateway", "--kubeconfig", kcPath, "--listen", strings.TrimPrefix(g.url, "http://")}
 	for _, i := range rigs {
 		args = append(args, fmt.Sprintf("--rig=%s/%s=%s/rigs/%s", ns, rigName(i), g.backend.URL, rigName(i)))
@@ -78,20 +71,15 @@ func startGateway(t *testing.T, env *testenv.Env, dir, bin string, rigs []int) *
 		t.Fatalf("start the rig gateway: %v", err)
 	}
 	go func() { _ = g.cmd.Wait(); log.Close() }()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testenv.Eventually(t, "the rig gateway to serve "+g.rigURL(rigs[0])+"/api/status (its log: "+filepath.Join(dir, "rig-gateway.log")+")", func() bool {
 		resp, err := http.Get(g.rigURL(rigs[0]) + "/api/status")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return g
-			}
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the rig gateway did not serve %s/api/status within 30 s (%v); its log: %s", g.rigURL(rigs[0]), err, filepath.Join(dir, "rig-gateway.log"))
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return g
 }
 
 // rigURL is rig i's base URL behind the gateway.

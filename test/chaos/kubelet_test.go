@@ -117,14 +117,7 @@ type kubeletHost struct {
 // authorizer), and waits for it to be Ready.
 func startKubeletHost(t *testing.T, ctx context.Context, env *testenv.Env, dir string, img *loopImage) *kubeletHost {
 	t.Helper()
-	kc, err := env.Kubeconfig("chaos-kubelet")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kcPath := filepath.Join(dir, "kubelet.kubeconfig")
-	if err := os.WriteFile(kcPath, kc, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	kcPath := kubeconfigFile(t, env, "chaos-kubelet", filepath.Join(dir, "kubelet.kubeconfig"))
 	k := &kubeletHost{t: t, runtimeOf: map[string]string{}, rigsDir: filepath.Join(dir, "kubelet-rigs"), host: &devcluster.KubeletHost{
 		Name: kubeletNode, Dir: filepath.Join(dir, "nodes", kubeletNode), Kubeconfig: kcPath, Tools: nodeTools(t),
 		Pause: img.pause, Registry: img.registry, Port: freePort(t),

@@ -48,14 +48,7 @@ type agent struct {
 func startRignode(t *testing.T, env *testenv.Env, dir string, img *loopImage) *agent {
 	t.Helper()
 	bin := gobuild.Build(t, "../../cmd/rignode")
-	kc, err := env.Kubeconfig("chaos-rignode")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kcPath := filepath.Join(dir, "rignode.kubeconfig")
-	if err := os.WriteFile(kcPath, kc, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	kcPath := kubeconfigFile(t, env, "chaos-rignode", filepath.Join(dir, "rignode.kubeconfig"))
 	a := &agent{t: t, bin: bin, root: filepath.Join(dir, "rignode-root"), rigsDir: filepath.Join(dir, "rigs")}
 	a.args = []string{"--kubeconfig", kcPath, "--node-name", rignodeNode, "--node-ip", "127.0.0.1",
 		"--port", strconv.Itoa(freePort(t)), "--address", "127.0.0.1", "--anonymous-auth",
