@@ -109,7 +109,8 @@ build: ## Build every binary into bin/.
 install-plugin: ## Install the kubectl plugin kubectl-claw into $(GOBIN) (else GOPATH/bin), or PREFIX/bin with PREFIX=dir.
 	@d="$(if $(PREFIX),$(abspath $(PREFIX))/bin,$$($(GO) env GOBIN))"; [ -n "$$d" ] || d="$$($(GO) env GOPATH)/bin"; \
 		mkdir -p "$$d" && GOBIN="$$d" $(GO) install ./cmd/kubectl-claw && \
-		echo "installed $$d/kubectl-claw: with $$d on PATH, run kubectl claw --help (docs/kubectl-claw.md)"
+		install -m 0755 cmd/kubectl-claw/kubectl_complete-claw "$$d/" && \
+		echo "installed $$d/kubectl-claw and kubectl_complete-claw: with $$d on PATH, run kubectl claw --help (docs/kubectl-claw.md)"
 
 ##@ Images
 

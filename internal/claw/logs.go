@@ -21,6 +21,7 @@ type logsFlags struct {
 	attempt    int32
 	raw        bool
 	timestamps bool
+	prompt     bool
 }
 
 func (o *Options) newLogsCommand() *cobra.Command {
@@ -47,6 +48,7 @@ prints the JSON lines untouched.`,
 	fl.Int32Var(&lf.attempt, "attempt", 0, "the counted attempt to read, from 1 (default: the latest; its last infrastructure retry)")
 	fl.BoolVar(&lf.raw, "raw", false, "print the JSON lines as the loop wrote them")
 	fl.BoolVar(&lf.timestamps, "timestamps", false, "prefix each line with the event's time (UTC)")
+	fl.BoolVar(&lf.prompt, "show-prompt", false, "print the system prompt's text under its line (default: its hash and size)")
 	return cmd
 }
 
@@ -81,7 +83,7 @@ func (o *Options) logs(ctx context.Context, name string, lf *logsFlags) error {
 		}
 		return nil
 	}
-	r := &Renderer{Emit: func(s string) { fmt.Fprintln(o.Streams.Out, s) }, Timestamps: lf.timestamps}
+	r := &Renderer{Emit: func(s string) { fmt.Fprintln(o.Streams.Out, s) }, Timestamps: lf.timestamps, ShowPrompt: lf.prompt}
 	err = scanLines(rc, r.Line)
 	r.Flush()
 	if err != nil && ctx.Err() == nil {

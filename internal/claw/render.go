@@ -26,6 +26,9 @@ type Renderer struct {
 	Emit func(line string)
 	// Timestamps prefixes every event line with its time (HH:MM:SS, UTC).
 	Timestamps bool
+	// ShowPrompt prints the system prompt's text under its line; without it
+	// the prompt is one line: its hash and size.
+	ShowPrompt bool
 
 	cur *turnLine // the turn being assembled, nil when none
 }
@@ -81,10 +84,41 @@ func (r *Renderer) Line(raw []byte) {
 		}
 		t.pending = false
 		r.Flush() // the turn's call has come back: the turn is complete
+	case events.TypeSystemPrompt:
+		r.Flush()
+		r.Emit(r.prefix(ev.TS) + systemPromptString(ev))
+		if r.ShowPrompt {
+			for line := range strings.SplitSeq(strings.TrimRight(ev.Text, "\n"), "\n") {
+				r.Emit("    " + line)
+			}
+		}
 	default:
 		r.Flush()
 		r.Emit(r.prefix(ev.TS) + lifecycleString(ev))
 	}
+}
+
+// systemPromptString is the system prompt as one line: the first 12 hex
+// digits of its SHA-256 (the same for every session that got the same
+// prompt, so a changed prompt shows) and its size.
+func systemPromptString(ev *events.Event) string {
+	s := "§ system prompt"
+	if h := ev.SHA256; h != "" {
+		s += "  sha256 " + h[:min(12, len(h))]
+	}
+	s += fmt.Sprintf("  %s, %d lines", byteSize(len(ev.Text)), strings.Count(strings.TrimRight(ev.Text, "\n"), "\n")+1)
+	return s
+}
+
+// byteSize writes a size short: 812 B, 4.2 KiB, 1.1 MiB.
+func byteSize(n int) string {
+	switch {
+	case n >= 1<<20:
+		return strconv.FormatFloat(float64(n)/(1<<20), 'f', 1, 64) + " MiB"
+	case n >= 1<<10:
+		return strconv.FormatFloat(float64(n)/(1<<10), 'f', 1, 64) + " KiB"
+	}
+	return strconv.Itoa(n) + " B"
 }
 
 // Flush emits the turn being assembled, complete or not.
@@ -144,7 +178,7 @@ func parseEvent(raw []byte) (*events.Event, bool) {
 		return nil, false
 	}
 	switch ev.Type {
-	case events.TypeSessionStart, events.TypeTextDelta, events.TypeThinking, events.TypeToolStart,
+	case events.TypeSessionStart, events.TypeSystemPrompt, events.TypeTextDelta, events.TypeThinking, events.TypeToolStart,
 		events.TypeToolResult, events.TypeError, events.TypeCompaction, events.TypeDone,
 		events.TypeApprovalRequested, events.TypeApprovalAnswered:
 		return &ev, true

@@ -192,3 +192,35 @@ func TestRenderApproval(t *testing.T) {
 		t.Errorf("rendered:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// The system prompt is one line — its hash and size — in the middle of
+// the human view, and its text under that line with ShowPrompt.
+func TestRenderSystemPrompt(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	at := time.Date(2026, 11, 29, 18, 0, 0, 0, time.UTC)
+	em := events.NewEmitter(&buf, redact.New(), func() time.Time { at = at.Add(time.Second); return at })
+	prompt := "You drive a phone.\nEnd with end_session.\n" + strings.Repeat("x", 2000) + "\n"
+	em.Emit(events.SessionStart("farm/timer", 1, "openai", "gpt", nil))
+	em.Emit(events.SystemPrompt(prompt, "3f1c0a9be47d5566778899aabbccddeeff00112233445566778899aabbccddee"))
+	em.Emit(events.ToolStart(1, contract.ToolPeek, "c1", nil))
+	for _, show := range []bool{false, true} {
+		var got []string
+		r := &Renderer{Emit: func(s string) { got = append(got, s) }, ShowPrompt: show}
+		if err := scanLines(bytes.NewReader(buf.Bytes()), r.Line); err != nil {
+			t.Fatal(err)
+		}
+		r.Flush()
+		want := []string{
+			`▶ session start  run farm/timer  attempt 1  model openai/gpt`,
+			`§ system prompt  sha256 3f1c0a9be47d  2.0 KiB, 3 lines`,
+		}
+		if show {
+			want = append(want, "    You drive a phone.", "    End with end_session.", "    "+strings.Repeat("x", 2000))
+		}
+		want = append(want, `t1   peek  →  …`)
+		if strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Errorf("ShowPrompt %v, rendered:\n%s\nwant:\n%s", show, strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	}
+}

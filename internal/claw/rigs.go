@@ -4,19 +4,22 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/internal/conditions"
 )
 
 func (o *Options) newRigsCommand() *cobra.Command {
 	var all bool
+	out := newOutputFlags("", true)
 	cmd := &cobra.Command{
 		Use:   "rigs",
 		Short: "List the DeviceRigs with their phase, current run and queue",
@@ -25,15 +28,25 @@ turn), and the runs waiting: QUEUE counts the runs that name the rig
 (spec.rigRef), SELECTOR the waiting selector runs the rig could serve (a
 selector run that matches several rigs counts at each). A run waits while it
 is Pending or Queued, not cancelled and not being deleted — the operator's
-own rule (AgentRun.WaitsForRig in api/v1alpha1).`,
+own rule (AgentRun.WaitsForRig in api/v1alpha1). RUN is the run whose
+RigLeased condition names the rig, else the rig's status.currentRun.
+
+-o wide adds the platform, the phone model and the MCP endpoint; -o json,
+yaml, name, jsonpath=… and go-template=… print the DeviceRigs themselves,
+as kubectl get does.`,
 		Example: `  kubectl claw rigs
-  kubectl claw rigs -A`,
+  kubectl claw rigs -A -o wide
+  kubectl claw rigs -o jsonpath='{.items[*].metadata.name}'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return o.rigs(cmd.Context(), all)
+			if err := out.check(); err != nil {
+				return err
+			}
+			return o.rigs(cmd.Context(), all, out)
 		},
 	}
 	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "list the rigs of every namespace")
+	out.addFlags(cmd)
 	return cmd
 }
 
@@ -47,6 +60,9 @@ type RigRow struct {
 	// selector runs it could serve.
 	Queue, Selector int
 	Age             time.Duration
+
+	// Rig is the DeviceRig the row is made from.
+	Rig *farmv1.DeviceRig
 }
 
 // RigRows reads the rigs and runs of a namespace ("" for all) into rows,
@@ -61,15 +77,24 @@ func RigRows(ctx context.Context, c client.Client, ns string, now time.Time) ([]
 		return nil, fmt.Errorf("list agentruns: %w", err)
 	}
 	byName := map[string]*farmv1.AgentRun{}
+	holder := map[string]string{} // namespace/rig → the run whose RigLeased is True on it
 	for i := range runs.Items {
 		r := &runs.Items[i]
 		byName[r.Namespace+"/"+r.Name] = r
+		if r.Status.Rig != "" && !r.Status.Phase.Finished() && conditions.IsTrue(r.Status.Conditions, farmv1.ConditionRigLeased) {
+			holder[r.Namespace+"/"+r.Status.Rig] = r.Name
+		}
 	}
 	rows := make([]RigRow, 0, len(rigs.Items))
 	for i := range rigs.Items {
 		rig := &rigs.Items[i]
 		row := RigRow{Namespace: rig.Namespace, Name: rig.Name, Node: rig.Spec.NodeName, Phase: rig.Status.Phase,
-			Run: rig.Status.CurrentRun, Age: now.Sub(rig.CreationTimestamp.Time)}
+			Run: rig.Status.CurrentRun, Age: now.Sub(rig.CreationTimestamp.Time), Rig: rig}
+		// The rig's status.currentRun may lag a hand-over by up to the rig
+		// controller's batching interval; the run's own condition does not.
+		if h, ok := holder[rig.Namespace+"/"+rig.Name]; ok {
+			row.Run = h
+		}
 		if cur := byName[rig.Namespace+"/"+row.Run]; cur != nil {
 			row.MaxTurns = cur.Spec.Limits.MaxTurns
 			if pr := cur.Status.Progress; pr != nil {
@@ -103,7 +128,7 @@ func RigRows(ctx context.Context, c client.Client, ns string, now time.Time) ([]
 	return rows, nil
 }
 
-func (o *Options) rigs(ctx context.Context, all bool) error {
+func (o *Options) rigs(ctx context.Context, all bool, out *outputFlags) error {
 	c, err := o.Client()
 	if err != nil {
 		return err
@@ -118,6 +143,13 @@ func (o *Options) rigs(ctx context.Context, all bool) error {
 	if err != nil {
 		return err
 	}
+	if !out.human() {
+		objs := make([]runtime.Object, len(rows))
+		for i := range rows {
+			objs[i] = rows[i].Rig
+		}
+		return out.printList(o.Streams.Out, objs)
+	}
 	if len(rows) == 0 {
 		where := "in namespace " + ns
 		if all {
@@ -126,23 +158,32 @@ func (o *Options) rigs(ctx context.Context, all bool) error {
 		fmt.Fprintf(o.Streams.ErrOut, "No DeviceRigs %s.\n", where)
 		return nil
 	}
-	tw := tabwriter.NewWriter(o.Streams.Out, 0, 4, 3, ' ', 0)
-	if all {
-		fmt.Fprint(tw, "NAMESPACE\t")
-	}
-	fmt.Fprintln(tw, "NAME\tNODE\tPHASE\tRUN\tTURN\tQUEUE\tSELECTOR\tAGE")
+	return out.printTable(o.Streams.Out, rigTable(rows), all)
+}
+
+// rigTable is the rows as a Table; the wide columns are those the
+// DeviceRig CRD prints with -o wide.
+func rigTable(rows []RigRow) *metav1.Table {
+	t := &metav1.Table{ColumnDefinitions: []metav1.TableColumnDefinition{
+		{Name: "Name", Type: "string"}, {Name: "Node", Type: "string"}, {Name: "Phase", Type: "string"},
+		{Name: "Run", Type: "string"}, {Name: "Turn", Type: "string"}, {Name: "Queue", Type: "integer"},
+		{Name: "Selector", Type: "integer"}, {Name: "Age", Type: "string"},
+		{Name: "Platform", Type: "string", Priority: 1}, {Name: "Model", Type: "string", Priority: 1},
+		{Name: "Endpoint", Type: "string", Priority: 1},
+	}}
 	for _, r := range rows {
-		if all {
-			fmt.Fprint(tw, r.Namespace+"\t")
-		}
-		run, turn := dash(r.Run), "-"
+		turn := "-"
 		if r.Run != "" && r.MaxTurns > 0 {
 			turn = fmt.Sprintf("%d/%d", r.Turn, r.MaxTurns)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", r.Name, dash(r.Node), dash(string(r.Phase)), run, turn,
-			r.Queue, r.Selector, duration.HumanDuration(r.Age))
+		phone := r.Rig.Spec.Phone
+		t.Rows = append(t.Rows, metav1.TableRow{
+			Cells: []any{r.Name, dash(r.Node), dash(string(r.Phase)), dash(r.Run), turn, r.Queue, r.Selector,
+				duration.HumanDuration(r.Age), dash(phone.Platform), dash(phone.Model), dash(r.Rig.Spec.Endpoint.URL)},
+			Object: runtime.RawExtension{Object: r.Rig},
+		})
 	}
-	return tw.Flush()
+	return t
 }
 
 func dash(s string) string {

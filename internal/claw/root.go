@@ -121,8 +121,12 @@ Exit codes of run --wait, wait and cancel --wait:
 	o.Config.AddFlags(root.PersistentFlags())
 	root.PersistentFlags().DurationVar(&o.Poll, "poll-interval", time.Second, "how often a followed run's status is read")
 	_ = root.PersistentFlags().MarkHidden("poll-interval")
-	root.AddCommand(o.newRunCommand(), o.newWaitCommand(), o.newLogsCommand(), o.newCancelCommand(), o.newApproveCommand(), o.newDenyCommand(), o.newRigsCommand(),
-		o.newTraceCommand(), o.newUICommand(), o.newVersionCommand())
+	byRun := []*cobra.Command{o.newWaitCommand(), o.newLogsCommand(), o.newCancelCommand(), o.newApproveCommand(), o.newDenyCommand(), o.newTraceCommand()}
+	for _, c := range byRun {
+		c.ValidArgsFunction = o.completeRuns
+	}
+	root.AddCommand(o.newRunCommand(), o.newRigsCommand(), o.newUICommand(), o.newVersionCommand())
+	root.AddCommand(byRun...)
 	return root
 }
 

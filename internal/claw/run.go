@@ -50,10 +50,11 @@ type runFlags struct {
 
 	dryRun string
 	wait   waitFlags
+	out    *outputFlags
 }
 
 func (o *Options) newRunCommand() *cobra.Command {
-	f := &runFlags{}
+	f := &runFlags{out: newOutputFlags("created", false)}
 	cmd := &cobra.Command{
 		Use:   "run NAME (--rig RIG | --selector k=v,...) --trigger TEXT --model NAME [flags] | run [NAME] -f FILE",
 		Short: "Create an AgentRun, and with --wait follow it to its outcome",
@@ -66,7 +67,10 @@ func (o *Options) newRunCommand() *cobra.Command {
     --base-url http://vllm.models.svc:8000/v1 --model qwen2.5-vl --max-turns 40 --trigger "Turn Wi-Fi off."
 
   # from a file (or - for stdin); flags given beside it override it
-  kubectl claw run -f config/samples/farm_v1alpha1_agentrun.yaml --wait --timeout 10m`,
+  kubectl claw run -f config/samples/farm_v1alpha1_agentrun.yaml --wait --timeout 10m
+
+  # the name the API server generated, for a script
+  run=$(kubectl claw run -f run.yaml -o name)`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return o.run(cmd, f, args)
@@ -100,6 +104,8 @@ func (o *Options) newRunCommand() *cobra.Command {
 	fl.StringVar(&f.dryRun, "dry-run", "none", `none, client or server, as kubectl's: client prints the AgentRun as YAML and sends nothing; server sends it for validation, defaulting and admission and prints what the API server would store; --dry-run alone is client`)
 	fl.Lookup("dry-run").NoOptDefVal = "client"
 	f.wait.addFlags(cmd, true)
+	f.out.addFlags(cmd)
+	_ = cmd.RegisterFlagCompletionFunc("rig", o.completeRigs)
 	return cmd
 }
 
@@ -143,8 +149,14 @@ func (o *Options) run(cmd *cobra.Command, f *runFlags, args []string) error {
 	if f.dryRun != "none" && f.wait.wait {
 		return usageError("--dry-run creates no run to --wait for")
 	}
+	if err := f.out.check(); err != nil {
+		return err
+	}
+	if f.out.format() != "" && f.wait.wait {
+		return usageError("--output prints the created run and --wait follows it: use one, then kubectl claw wait")
+	}
 	if f.dryRun == "client" {
-		return o.printRun(run)
+		return o.printRun(run, f.out)
 	}
 	c, err := o.Client()
 	if err != nil {
@@ -154,11 +166,13 @@ func (o *Options) run(cmd *cobra.Command, f *runFlags, args []string) error {
 		if err := c.Create(cmd.Context(), run, client.DryRunAll); err != nil {
 			return err
 		}
-		run.APIVersion, run.Kind = farmv1.GroupVersion.String(), "AgentRun"
-		return o.printRun(run)
+		return o.printRun(run, f.out)
 	}
 	if err := c.Create(cmd.Context(), run); err != nil {
 		return err
+	}
+	if f.out.format() != "" {
+		return f.out.printObject(o.Streams.Out, run)
 	}
 	fmt.Fprintf(o.Streams.Out, "agentrun.farm.clawfarm.dev/%s created\n", run.Name)
 	if !f.wait.wait {
@@ -167,8 +181,12 @@ func (o *Options) run(cmd *cobra.Command, f *runFlags, args []string) error {
 	return o.follow(cmd.Context(), run.Namespace, run.Name, f.wait)
 }
 
-// printRun prints the run as YAML.
-func (o *Options) printRun(run *farmv1.AgentRun) error {
+// printRun prints a run that was not created: with -o, as -o says, else
+// as YAML.
+func (o *Options) printRun(run *farmv1.AgentRun, out *outputFlags) error {
+	if out.format() != "" {
+		return out.printObject(o.Streams.Out, run)
+	}
 	b, err := yaml.Marshal(run)
 	if err != nil {
 		return err

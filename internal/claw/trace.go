@@ -21,6 +21,7 @@ type traceFlags struct {
 	html    string
 	zip     string
 	open    bool
+	prompt  bool
 }
 
 func (o *Options) newTraceCommand() *cobra.Command {
@@ -52,6 +53,7 @@ certificate needs --token.`,
 	fl.IntVar(&tf.attempt, "attempt", 0, "the attempt to print or zip, from 1 (default: the latest with a trace)")
 	fl.StringVar(&tf.html, "html", "", "save the run page, screens inlined, as this HTML file")
 	fl.StringVar(&tf.zip, "zip", "", "save the attempt's events and screens as this zip file")
+	fl.BoolVar(&tf.prompt, "show-prompt", false, "print the system prompt's text under its line (default: its hash and size)")
 	fl.BoolVar(&tf.open, "open", false, "open the saved HTML page in a browser (without --html, saved in a temporary directory)")
 	tf.server.addFlags(cmd)
 	return cmd
@@ -110,7 +112,7 @@ func (o *Options) trace(ctx context.Context, name string, tf *traceFlags) error 
 		return err
 	}
 	defer resp.Body.Close()
-	r := &Renderer{Emit: func(s string) { fmt.Fprintln(o.Streams.Out, s) }}
+	r := &Renderer{Emit: func(s string) { fmt.Fprintln(o.Streams.Out, s) }, ShowPrompt: tf.prompt}
 	err = scanLines(resp.Body, r.Line)
 	r.Flush()
 	return err
