@@ -23,21 +23,35 @@ type stringList []string
 func (l *stringList) String() string     { return strings.Join(*l, ",") }
 func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
+// gatewayFlags are the flags of `rignode gateway`, bound to the flag set
+// newGatewayFlags makes (the rig-host units' test reads the same set).
+type gatewayFlags struct {
+	kubeconfig, listen, audience *string
+	rigs, public                 stringList
+}
+
+// newGatewayFlags makes the flag set of `rignode gateway`.
+func newGatewayFlags() (*flag.FlagSet, *gatewayFlags) {
+	fs := flag.NewFlagSet("rignode gateway", flag.ContinueOnError)
+	f := &gatewayFlags{}
+	f.kubeconfig = fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the gateway's identity: the rig host's node, bound to the chart's rig-gateway ClusterRole (default $KUBECONFIG)")
+	f.listen = fs.String("listen", ":8049", "address to serve the rigs on: the host's address on the rig network")
+	fs.Var(&f.rigs, "rig", "a rig to front, namespace/rig=URL of its own server on this host's loopback (e.g. farm/rig-0=http://127.0.0.1:8048); repeat, or comma-separate")
+	fs.Var(&f.public, "public-path", "a path under the rig that a GET reaches without a token (default /api/status, the health route); repeat")
+	f.audience = fs.String("audience", contract.DefaultRigAudience, "the audience loop pods' rig tokens are projected for")
+	return fs, f
+}
+
 // gateway runs `rignode gateway`: the rig gateway in front of the rig
 // host's phones (docs/rig-contract.md, "The rig gateway"). It is a process
 // of its own, so the phones stay reachable to their sessions while rignode
 // or the kubelet restarts.
 func gateway(ctx context.Context, args []string) int {
-	fs := flag.NewFlagSet("rignode gateway", flag.ContinueOnError)
-	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the gateway's identity: the rig host's node, bound to the chart's rig-gateway ClusterRole (default $KUBECONFIG)")
-	listen := fs.String("listen", ":8049", "address to serve the rigs on: the host's address on the rig network")
-	var rigs, public stringList
-	fs.Var(&rigs, "rig", "a rig to front, namespace/rig=URL of its own server on this host's loopback (e.g. farm/rig-0=http://127.0.0.1:8048); repeat, or comma-separate")
-	fs.Var(&public, "public-path", "a path under the rig that a GET reaches without a token (default /api/status, the health route); repeat")
-	audience := fs.String("audience", contract.DefaultRigAudience, "the audience loop pods' rig tokens are projected for")
+	fs, f := newGatewayFlags()
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	kubeconfig, listen, rigs, public, audience := f.kubeconfig, f.listen, f.rigs, f.public, f.audience
 	fail := func(code int, f string, a ...any) int {
 		fmt.Fprintf(os.Stderr, "rignode gateway: "+f+"\n", a...)
 		return code
