@@ -120,6 +120,11 @@ PLATFORMS ?= linux/amd64,linux/arm64
 images: ## Build the OCI images into bin/images and rignode's release binaries into bin/release; REGISTRY=host:port pushes them.
 	$(GO) run ./hack/images --platforms $(PLATFORMS) $(if $(REGISTRY),--push $(REGISTRY))
 
+.PHONY: release
+release: helm ## Build a release into dist/ (docs/release.md): images, chart, install.yaml, kustomize base, krew and rig-host archives, SBOMs, SHA256SUMS; VERSION=v0.3.0, REGISTRY=host:port pushes.
+	HELM="$$(hack/build-helm.sh --print)" $(GO) run ./hack/release --platforms $(PLATFORMS) \
+		$(if $(VERSION),--version $(VERSION)) $(if $(REGISTRY),--push $(REGISTRY))
+
 .PHONY: registry
 registry: ## Build (once) the pinned CNCF Distribution registry from source into the cache.
 	hack/build-registry.sh >/dev/null

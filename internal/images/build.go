@@ -64,6 +64,9 @@ type Options struct {
 	// written to ReleaseDir/rignode-<os>-<arch>.
 	Release    []v1.Platform
 	ReleaseDir string
+	// SBOMDir, when set, also gets each image's SBOM, one per platform:
+	// <name>_<os>_<arch>.spdx.json.
+	SBOMDir string
 	// Log receives progress lines (default: none).
 	Log func(format string, args ...any)
 }
@@ -228,6 +231,13 @@ func (o *Options) labels(name string) map[string]string {
 	return l
 }
 
+// Binaries builds ./cmd/<name> of the checkout at o.Root for each name into
+// dir, for pf, as the images' programs are built: static, trimmed paths,
+// o.Version and o.Revision stamped.
+func Binaries(ctx context.Context, o Options, pf v1.Platform, dir string, names ...string) error {
+	return o.goBuild(ctx, pf, dir, names)
+}
+
 // goBuild builds ./cmd/<name> for each name into dir: static, trimmed paths,
 // the version stamped.
 func (o *Options) goBuild(ctx context.Context, pf v1.Platform, dir string, names []string) error {
@@ -263,6 +273,14 @@ func (o *Options) image(name, bin string, pf v1.Platform, base v1.Layer) (v1.Ima
 	sbom, err := SBOM(bin, name, o.Version, o.Created, pf)
 	if err != nil {
 		return nil, fmt.Errorf("SBOM: %w", err)
+	}
+	if o.SBOMDir != "" {
+		if err := os.MkdirAll(o.SBOMDir, 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(o.SBOMDir, name+"_"+pf.OS+"_"+pf.Architecture+".spdx.json"), sbom, 0o644); err != nil {
+			return nil, err
+		}
 	}
 	app, err := layer([]entry{
 		dir("usr/"), dir("usr/local/"), dir("usr/local/bin/"),
