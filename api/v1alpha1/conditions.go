@@ -23,7 +23,9 @@ const (
 	// while the run is not finished (the reason and message are Finished's),
 	// Stalled is True once it Failed (the reason and message are
 	// Succeeded's); a run that Succeeded or was Cancelled has neither True,
-	// and reads Current.
+	// and reads Current. A DeviceRig sets Stalled alone: True while it is
+	// NotReady or Offline (Failed to kstatus), False otherwise (Current, or
+	// InProgress in maintenance, from its Ready False).
 	ConditionReconciling = "Reconciling"
 	ConditionStalled     = "Stalled"
 	// ConditionAwaitingApproval is True while the loop holds a tool call for

@@ -141,7 +141,9 @@ type DeviceRigStatus struct {
 	// rig this moves about once every 5 minutes, not at every probe.
 	// +optional
 	LastProbeTime *metav1.Time `json:"lastProbeTime,omitempty"`
-	// Conditions: Ready, NodeReady, EndpointReachable, Calibrated.
+	// Conditions: Ready, NodeReady, EndpointReachable, Calibrated, and
+	// Stalled, which kstatus reads: True while the rig is NotReady or Offline
+	// (the reason and message are Ready's), False otherwise.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
