@@ -191,7 +191,7 @@ bench-operator: k8s ## Operator benchmark: 200 rigs, 1,000 runs on envtest, then
 	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh --print) $(GO) test -tags bench -v -run '^TestBenchOperator$$' -count=1 -timeout 30m ./test/bench/
 
 .PHONY: bench-scale
-bench-scale: k8s ## Scale benchmark: 2,000 rigs on 20 nodes, 10,000 runs in one burst, the manager in its own process (a reduced run is part of make test).
+bench-scale: k8s ## Scale benchmark: 2,000 rigs on 20 nodes, 10,000 runs in one burst, the manager in its own process, then the same pods as Indexed Jobs side by side (a reduced run is part of make test).
 	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh --print) BENCH_SCALE=full $(GO) test -v -run '^TestBenchScale$$' -count=1 -timeout 90m ./test/bench/
 
 .PHONY: chaos

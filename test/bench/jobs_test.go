@@ -1,5 +1,3 @@
-//go:build bench
-
 package bench
 
 import (
@@ -42,13 +40,24 @@ type phaseFigures struct {
 	workersNote              string
 }
 
+// jobsWork is a benchmark's work as Indexed Jobs: one per rig, perRig
+// completions, each Job's pods on its rig's node.
+type jobsWork struct {
+	rigs, perRig int
+	name, node   func(rig int) string
+	timeout      time.Duration
+}
+
+// jobLabel marks the Jobs' pods; the fake kubelet's script tells them by it.
+const jobLabel = "bench.clawfarm.dev/job"
+
 // jobsPhase does the benchmark's work the way a user would without
-// clawfarm: one Indexed Job per rig, completions 5 (the rig's five runs),
+// clawfarm: one Indexed Job per rig, completions the rig's runs,
 // parallelism 1 (one session per phone), its pods pinned to the rig's node,
 // run by the real Job controller of kube-controller-manager (built by
 // hack/build-k8s.sh) on the same API server, ended by the same fake kubelet.
 func jobsPhase(ctx context.Context, t *testing.T, cfg, kcfg *rest.Config, hc client.Client, scheme *kruntime.Scheme,
-	kl *fakekubelet.Kubelet, ns, node string, apiPID int, auditLog string) phaseFigures {
+	kl *fakekubelet.Kubelet, ns string, work jobsWork, apiPID int, auditLog string) phaseFigures {
 	kcm := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kube-controller-manager")
 	if _, err := os.Stat(kcm); err != nil {
 		t.Fatalf("kube-controller-manager: %v (hack/build-k8s.sh builds it)", err)
@@ -66,7 +75,7 @@ func jobsPhase(ctx context.Context, t *testing.T, cfg, kcfg *rest.Config, hc cli
 
 	// What the benchmark watches: the Jobs and their pods.
 	view, err := cache.New(kcfg, cache.Options{Scheme: scheme, DefaultNamespaces: map[string]cache.Config{ns: {}},
-		ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{"bench.clawfarm.dev/job": "true"})}}})
+		ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{jobLabel: "true"})}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,25 +133,25 @@ func jobsPhase(ctx context.Context, t *testing.T, cfg, kcfg *rest.Config, hc cli
 	cpu0, api0 := cpuSeconds(proc.cmd.Process.Pid), cpuSeconds(apiPID)
 
 	begin := time.Now()
-	created := make([]time.Time, rigs)
-	parallel(rigs, 32, func(i int) {
-		job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("rig-%03d", i)},
+	created := make([]time.Time, work.rigs)
+	parallel(work.rigs, 32, func(i int) {
+		job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: work.name(i)},
 			Spec: batchv1.JobSpec{
-				Completions: ptr.To[int32](runs / rigs), Parallelism: ptr.To[int32](1),
+				Completions: ptr.To(int32(work.perRig)), Parallelism: ptr.To[int32](1),
 				CompletionMode: ptr.To(batchv1.IndexedCompletion), BackoffLimit: ptr.To[int32](0),
 				Template: corev1.PodTemplateSpec{
 					// The fake kubelet drives the pods labelled as attempts, and keeps
 					// its one-session-per-phone ledger by the rig label.
-					ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"bench.clawfarm.dev/job": "true",
-						farmv1.LabelKind: "attempt", farmv1.LabelRig: fmt.Sprintf("rig-%03d", i)}},
-					Spec: corev1.PodSpec{NodeName: node, RestartPolicy: corev1.RestartPolicyNever,
+					ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{jobLabel: "true",
+						farmv1.LabelKind: "attempt", farmv1.LabelRig: work.name(i)}},
+					Spec: corev1.PodSpec{NodeName: work.node(i), RestartPolicy: corev1.RestartPolicyNever,
 						Containers: []corev1.Container{{Name: "agent", Image: "loop"}}}}}}
 		must(t, hc.Create(ctx, job))
 		mu.Lock()
 		created[i] = time.Now()
 		mu.Unlock()
 	})
-	waitFor(t, "all Jobs Complete", jobsTimeout(), func() bool {
+	waitFor(t, "all Jobs Complete", jobsTimeout(work.timeout), func() bool {
 		if proc.exited() {
 			t.Fatalf("kube-controller-manager exited:\n%s", proc.out.String())
 		}
@@ -156,9 +165,10 @@ func jobsPhase(ctx context.Context, t *testing.T, cfg, kcfg *rest.Config, hc cli
 				}
 			}
 		}
-		return n == rigs
+		return n == work.rigs
 	})
-	f := phaseFigures{wall: time.Since(begin), pods: runs, workersNote: fmt.Sprintf("--concurrent-job-syncs=%d", workers)}
+	total := work.rigs * work.perRig
+	f := phaseFigures{wall: time.Since(begin), pods: total, workersNote: fmt.Sprintf("--concurrent-job-syncs=%d", workers)}
 	f.processCPU, f.apiserverCPU = cpuSeconds(proc.cmd.Process.Pid)-cpu0, cpuSeconds(apiPID)-api0
 	// The tracking finalizers come off after the last pod ends: wait for
 	// them, so the writes count the whole of the controller's work.
@@ -170,16 +180,16 @@ func jobsPhase(ctx context.Context, t *testing.T, cfg, kcfg *rest.Config, hc cli
 				return false
 			}
 		}
-		return len(l.Items) == runs
+		return len(l.Items) == total
 	})
 	f.writes = auditWrites(t, auditLog, begin, time.Now(), map[string]string{jobControllerUser: "jobs"})["jobs"]
 
 	mu.Lock()
 	defer mu.Unlock()
-	for i := 0; i < rigs; i++ {
-		job := fmt.Sprintf("rig-%03d", i)
+	for i := 0; i < work.rigs; i++ {
+		job := work.name(i)
 		f.createToPod = append(f.createToPod, seen[job+"/0"].Sub(created[i]))
-		for k := 0; k+1 < runs/rigs; k++ {
+		for k := 0; k+1 < work.perRig; k++ {
 			f.handOver = append(f.handOver, seen[fmt.Sprintf("%s/%d", job, k+1)].Sub(ended[fmt.Sprintf("%s/%d", job, k)]))
 		}
 	}
@@ -192,8 +202,9 @@ func jobPodKey(p *corev1.Pod) string {
 	return p.Labels[batchv1.JobNameLabel] + "/" + p.Annotations[batchv1.JobCompletionIndexAnnotation]
 }
 
-// sideBySide prints clawfarm's phase and the Job controller's on the same work.
-func sideBySide(cf, jobs phaseFigures) {
+// sideBySide prints clawfarm's phase and the Job controller's on the same
+// work, which what says.
+func sideBySide(what string, cf, jobs phaseFigures) {
 	row := func(name string, a, b float64, unit string) {
 		ratio := "—"
 		if b > 0 {
@@ -201,16 +212,25 @@ func sideBySide(cf, jobs phaseFigures) {
 		}
 		fmt.Printf("  %-28s %12.2f %-4s %12.2f %-4s   %s\n", name, a, unit, b, unit, ratio)
 	}
-	fmt.Printf("\nthe same work side by side: %d rigs × %d sessions of %s, one at a time per rig, one API server, one fake kubelet\n", rigs, runs/rigs, runTime)
+	fmt.Printf("\nthe same work side by side: %s, one at a time per rig, one API server, one fake kubelet\n", what)
 	fmt.Printf("  %-28s %17s %17s   %s\n", "", "clawfarm", "Job controller", "clawfarm ÷ Jobs")
 	row("wall time", cf.wall.Seconds(), jobs.wall.Seconds(), "s")
-	row("create→first pod p50", ms(percentile(cf.createToPod, 50)), ms(percentile(jobs.createToPod, 50)), "ms")
-	row("create→first pod p99", ms(percentile(cf.createToPod, 99)), ms(percentile(jobs.createToPod, 99)), "ms")
-	row("pod end→next pod p50", ms(percentile(cf.handOver, 50)), ms(percentile(jobs.handOver, 50)), "ms")
-	row("pod end→next pod p99", ms(percentile(cf.handOver, 99)), ms(percentile(jobs.handOver, 99)), "ms")
+	pct := func(name string, a, b []time.Duration, p int) {
+		if len(a) > 0 && len(b) > 0 { // a benchmark that does not measure it has none
+			row(fmt.Sprintf("%s p%d", name, p), ms(percentile(a, p)), ms(percentile(b, p)), "ms")
+		}
+	}
+	pct("create→first pod", cf.createToPod, jobs.createToPod, 50)
+	pct("create→first pod", cf.createToPod, jobs.createToPod, 99)
+	pct("pod end→next pod", cf.handOver, jobs.handOver, 50)
+	pct("pod end→next pod", cf.handOver, jobs.handOver, 99)
 	row("API writes per pod", float64(cf.writes.total)/float64(cf.pods), float64(jobs.writes.total)/float64(jobs.pods), "")
 	row("kube-apiserver CPU", cf.apiserverCPU, jobs.apiserverCPU, "s")
-	fmt.Printf("  kube-controller-manager's CPU over its phase: %.1f s (clawfarm's manager runs in the benchmark's process, beside the fake kubelet)\n", jobs.processCPU)
+	if cf.processCPU > 0 {
+		row("controller process CPU", cf.processCPU, jobs.processCPU, "s")
+	} else {
+		fmt.Printf("  kube-controller-manager's CPU over its phase: %.1f s (clawfarm's manager runs in the benchmark's process, beside the fake kubelet)\n", jobs.processCPU)
+	}
 	fmt.Printf("  clawfarm's writes per pod (audit log):\n%s", cf.writes.perUnit(cf.pods))
 	fmt.Printf("  the Job controller's writes per pod (audit log, %s):\n%s", jobs.workersNote, jobs.writes.perUnit(jobs.pods))
 	if len(jobs.writes.refused) > 0 {
@@ -218,10 +238,22 @@ func sideBySide(cf, jobs phaseFigures) {
 	}
 }
 
-// jobsTimeout bounds the Jobs phase (BENCH_JOBS_TIMEOUT, default 10m).
-func jobsTimeout() time.Duration {
+// jobsTimeout bounds the Jobs phase (BENCH_JOBS_TIMEOUT, else def, else 10m).
+func jobsTimeout(def time.Duration) time.Duration {
 	if d, err := time.ParseDuration(os.Getenv("BENCH_JOBS_TIMEOUT")); err == nil {
 		return d
 	}
+	if def > 0 {
+		return def
+	}
 	return 10 * time.Minute
+}
+
+// jobPodName names a Job's pod for the fake kubelet's script the way a run
+// names a clawfarm pod: <job>/<completion index>.
+func jobPodName(p *corev1.Pod) (string, bool) {
+	if p.Labels[jobLabel] != "true" {
+		return "", false
+	}
+	return jobPodKey(p), true
 }

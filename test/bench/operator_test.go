@@ -468,8 +468,9 @@ func TestBenchOperator(t *testing.T) {
 		handOver = append(handOver, w...)
 	}
 	cf := phaseFigures{wall: wall, createToPod: lat, handOver: sortDurations(handOver), writes: audited, pods: runs, apiserverCPU: apiCPU}
-	jobs := jobsPhase(ctx, t, cfg, kcfg, hc, scheme, kl, ns, node.Name, apiPID, auditLog)
-	sideBySide(cf, jobs)
+	jobs := jobsPhase(ctx, t, cfg, kcfg, hc, scheme, kl, ns, jobsWork{rigs: rigs, perRig: runs / rigs,
+		name: func(i int) string { return fmt.Sprintf("rig-%03d", i) }, node: func(int) string { return node.Name }}, apiPID, auditLog)
+	sideBySide(fmt.Sprintf("%d rigs × %d sessions of %s", rigs, runs/rigs, runTime), cf, jobs)
 	if v := kl.Violations(); len(v) > 0 {
 		t.Fatalf("the Job controller ran two pods on a rig at once: %v", v[:min(5, len(v))])
 	}

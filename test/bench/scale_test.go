@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -23,6 +24,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/controllers/devicerig"
@@ -65,6 +67,7 @@ func TestBenchScale(t *testing.T) {
 		size = s
 	}
 	testenv.Needs(t, testenv.Assets)
+	ctrllog.SetLogger(logr.Discard()) // the figures are the output
 	managerBin := buildManager(t)
 
 	api := startAPIServer(t, 5000) // the fake kubelet stands for many kubelets
@@ -154,7 +157,11 @@ func TestBenchScale(t *testing.T) {
 	podRig := map[string]string{}      // run → the rig its pod is on
 	kl := &fakekubelet.Kubelet{Client: hc, Poll: 20 * time.Millisecond, Workers: 64, CountFromSeen: true, EndOnly: true,
 		Script: func(p *corev1.Pod) fakekubelet.Ending {
-			return fakekubelet.Ending{After: runDuration(p.Labels[farmv1.LabelRun]), ExitCode: 0, Message: string(msg)}
+			name := p.Labels[farmv1.LabelRun]
+			if j, ok := jobPodName(p); ok { // the Jobs phase: the same spread of 1–5 s
+				name = j
+			}
+			return fakekubelet.Ending{After: runDuration(name), ExitCode: 0, Message: string(msg)}
 		}}
 	if _, err := podInformer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: func(o any) {
 		p, ok := o.(*corev1.Pod)
@@ -345,6 +352,23 @@ func TestBenchScale(t *testing.T) {
 	}
 	if perRun := agentReconciles / float64(size.runs); perRun > 15 {
 		t.Errorf("%.1f AgentRun reconciles per run", perRun)
+	}
+
+	// The same pods through the Job controller, on the same API server and
+	// fake kubelet: one Indexed Job per rig of the rig's share of the runs
+	// (`make bench-scale` always, the reduced size with BENCH_JOBS=1). Jobs
+	// have no selectors and no queue to cancel from, so the Jobs run every
+	// pod; the ratios are per pod.
+	if size.name != "full" && os.Getenv("BENCH_JOBS") != "1" {
+		return
+	}
+	cf := phaseFigures{wall: drain, createToPod: free, writes: writes, pods: finished, apiserverCPU: apiCPU, processCPU: mgrCPU}
+	jobs := jobsPhase(ctx, t, cfg, kcfg, hc, scheme, kl, ns, jobsWork{rigs: size.rigs, perRig: size.runs / size.rigs,
+		name: rigName, node: func(i int) string { return nodeName(i / perNode) }, timeout: 60 * time.Minute}, apiPID, auditLog)
+	sideBySide(fmt.Sprintf("%d rigs on %d nodes, %d pods of 1–5 s (clawfarm: %d runs, %d cancelled while queued; the row \"wall time\" is clawfarm's drain)",
+		size.rigs, size.nodes, jobs.pods, size.runs, len(cancelled)), cf, jobs)
+	if v := kl.Violations(); len(v) > 0 {
+		t.Errorf("the Job controller ran two pods on a rig at once: %v", v[:min(5, len(v))])
 	}
 }
 
