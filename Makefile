@@ -155,6 +155,8 @@ chart-check: helm ## helm lint and helm template the chart; its schema must refu
 		--set rignode.rbac.create=true --set 'rignode.rbac.subjects[0].kind=Group' --set 'rignode.rbac.subjects[0].name=system:nodes' \
 		--set 'imagePullSecrets[0].name=regcred' \
 		--set image.manager.digest=sha256:0000000000000000000000000000000000000000000000000000000000000000 >/dev/null
+	$$(hack/build-helm.sh --print) template clawfarm charts/clawfarm --namespace clawfarm-system \
+		--set trial.enabled=true --set trial.nodeName=node-1 --set 'runs.namespaces={farm}' >/dev/null
 	@if $$(hack/build-helm.sh --print) template clawfarm charts/clawfarm --set manager.replica=2 >/dev/null 2>&1; then \
 		echo "chart-check: the chart rendered with manager.replica=2; values.schema.json must refuse unknown values"; exit 1; fi
 	@echo "chart-check: values.schema.json refuses manager.replica=2, as it must"

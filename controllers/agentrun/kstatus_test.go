@@ -1,32 +1,20 @@
 package agentrun_test
 
 import (
-	"context"
 	"testing"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/testing/fakekubelet"
+	"github.com/clawfarm/clawfarm/internal/testing/testenv"
 )
 
-// kstatusOf is what kstatus — the library Flux and kubectl's wait tooling
-// use to call a resource healthy — says of the run as the API serves it.
+// kstatusOf is what kstatus says of the AgentRun (testenv.Kstatus).
 func kstatusOf(t *testing.T, ns, name string) *status.Result {
 	t.Helper()
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(farmv1.GroupVersion.WithKind("AgentRun"))
-	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, u); err != nil {
-		t.Fatal(err)
-	}
-	res, err := status.Compute(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return res
+	return testenv.Kstatus(t, k8s, "AgentRun", ns, name)
 }
 
 // A run is InProgress to kstatus while it runs, Current once it

@@ -5,27 +5,17 @@ import (
 	"strings"
 	"testing"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/internal/testing/testenv"
 )
 
-// kstatusOf is what kstatus (Flux, cli-utils, kubectl's wait tooling) says
-// of the rig as the API serves it.
+// kstatusOf is what kstatus says of the DeviceRig (testenv.Kstatus).
 func kstatusOf(t *testing.T, ns, name string) *status.Result {
 	t.Helper()
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(farmv1.GroupVersion.WithKind("DeviceRig"))
-	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, u); err != nil {
-		t.Fatal(err)
-	}
-	res, err := status.Compute(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return res
+	return testenv.Kstatus(t, env.Client, "DeviceRig", ns, name)
 }
 
 // A rig that serves is Current to kstatus, one that cannot (NotReady,

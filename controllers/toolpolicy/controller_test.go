@@ -9,7 +9,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -62,20 +61,10 @@ func waitReady(t *testing.T, ns, name string, status metav1.ConditionStatus) *fa
 	}
 }
 
-// kstatusOf is what kstatus (Flux, kubectl's wait tooling) says of the
-// policy as the API serves it.
+// kstatusOf is what kstatus says of the policy (testenv.Kstatus).
 func kstatusOf(t *testing.T, ns, name string) status.Status {
 	t.Helper()
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(farmv1.GroupVersion.WithKind("ToolPolicy"))
-	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, u); err != nil {
-		t.Fatal(err)
-	}
-	res, err := status.Compute(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return res.Status
+	return testenv.Kstatus(t, env.Client, "ToolPolicy", ns, name).Status
 }
 
 func rule(name, expr string) farmv1.ToolRule {

@@ -26,8 +26,9 @@ const (
 )
 
 // chartImages are the images the chart's values name, each
-// image.<key>.repository.
-var chartImages = map[string]string{"manager": "manager", "loop": "loop", "server": "clawfarm-server"}
+// image.<key>.repository: the operator's, and the trial's simulators.
+var chartImages = map[string]string{"manager": "manager", "loop": "loop", "server": "clawfarm-server",
+	"rigsim": "rigsim", "modelsim": "modelsim"}
 
 // chart packages the chart with the release's version, its appVersion (the
 // images' default tag) the release's tag and its image repositories the

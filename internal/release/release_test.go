@@ -102,7 +102,18 @@ func TestRelease(t *testing.T) {
 	if !slices.Contains(argsOf(t, mgr, "manager"), "--loop-image="+repo+"/loop:"+version) {
 		t.Errorf("the pulled chart's --loop-image is not %s/loop:%s: %v", repo, version, argsOf(t, mgr, "manager"))
 	}
-	for _, n := range []string{"manager", "loop", "clawfarm-server"} {
+	// With the trial on, its simulators are the release's too.
+	trial, err := exec.CommandContext(ctx, helm, "template", "clawfarm", res.ChartRef, "--version", res.ChartVersion,
+		"--plain-http", "--namespace", ReleaseNamespace, "--set", "trial.enabled=true", "--set", "trial.nodeName=node-1").Output()
+	if err != nil {
+		t.Fatalf("helm template %s with the trial: %v", res.ChartRef, stderrOf(err))
+	}
+	for _, n := range []string{"rigsim", "modelsim"} {
+		if got, want := imagesOf(decode(t, trial), n), repo+"/"+n+":"+version; len(got) == 0 || slices.ContainsFunc(got, func(s string) bool { return s != want }) {
+			t.Errorf("the pulled chart's trial runs %s as %v, want %s", n, got, want)
+		}
+	}
+	for _, n := range []string{"manager", "loop", "clawfarm-server", "rigsim", "modelsim"} {
 		ref, err := name.NewTag(repo + "/" + n + ":" + version)
 		if err != nil {
 			t.Fatal(err)
@@ -341,6 +352,23 @@ func container(t *testing.T, d map[string]any, name string) map[string]any {
 	}
 	t.Fatalf("no container %s", name)
 	return nil
+}
+
+// imagesOf is the image of every container named name in the Deployments.
+func imagesOf(objs []map[string]any, name string) []string {
+	var out []string
+	for _, o := range objs {
+		if o["kind"] != "Deployment" {
+			continue
+		}
+		spec := o["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+		for _, c := range spec["containers"].([]any) {
+			if c := c.(map[string]any); c["name"] == name {
+				out = append(out, c["image"].(string))
+			}
+		}
+	}
+	return out
 }
 
 func containerImage(t *testing.T, d map[string]any, name string) string {
