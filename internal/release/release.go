@@ -140,6 +140,18 @@ func (o *Options) defaults() error {
 	if o.Log == nil {
 		o.Log = func(string, ...any) {}
 	}
+	// Out is replaced: it must not be the checkout or hold it.
+	root, err := filepath.Abs(o.Root)
+	if err != nil {
+		return err
+	}
+	out, err := filepath.Abs(o.Out)
+	if err != nil {
+		return err
+	}
+	if rel, err := filepath.Rel(out, root); err == nil && (rel == "." || !strings.HasPrefix(rel, "..")) {
+		return fmt.Errorf("release: Out %s is the checkout or holds it, and would be deleted", o.Out)
+	}
 	if o.Version == "" {
 		v, _, _, err := images.Describe(o.Root)
 		if err != nil {

@@ -48,6 +48,21 @@ func TestCheckVersion(t *testing.T) {
 	}
 }
 
+// The release directory is replaced: one that is the checkout, or holds
+// it, is refused before anything is deleted.
+func TestOutMustNotHoldTheCheckout(t *testing.T) {
+	t.Parallel()
+	for _, out := range []string{"../..", "../../..", "/"} {
+		_, err := Build(context.Background(), Options{Root: "../..", Out: out, Helm: "helm", Version: "v0.1.0"})
+		if err == nil || !strings.Contains(err.Error(), "would be deleted") {
+			t.Errorf("Out %s: %v, want refused", out, err)
+		}
+	}
+	if _, err := os.Stat("../../go.mod"); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A release built and pushed to a real registry: every artifact is there,
 // says the release's version, names its images by digest, and checks out
 // against SHA256SUMS; the chart pulled from the registry with no values
