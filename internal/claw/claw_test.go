@@ -442,7 +442,7 @@ func TestRunFromFile(t *testing.T) {
 	// CRD's default queueMode), its validation refuses, and nothing is stored.
 	c = claw(t, ns, strings.NewReader(runYAML), nil, "run", "dry-server", "-f", "-", "--dry-run=server")
 	if c.code != 0 || !strings.Contains(c.out.String(), "name: dry-server") || !strings.Contains(c.out.String(), "queueMode: queue") ||
-		!strings.Contains(c.out.String(), "uid: ") {
+		!strings.Contains(c.out.String(), "uid: ") || !strings.Contains(c.out.String(), "kind: AgentRun") {
 		t.Errorf("--dry-run=server: exit %d, stdout %q, stderr %q", c.code, c.out, c.errOut)
 	}
 	if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "dry-server"}, &farmv1.AgentRun{}); err == nil {

@@ -182,8 +182,10 @@ func (o *Options) run(cmd *cobra.Command, f *runFlags, args []string) error {
 }
 
 // printRun prints a run that was not created: with -o, as -o says, else
-// as YAML.
+// as YAML, its kind named (the client clears it on what a dry-run create
+// returns).
 func (o *Options) printRun(run *farmv1.AgentRun, out *outputFlags) error {
+	run.APIVersion, run.Kind = farmv1.GroupVersion.String(), "AgentRun"
 	if out.format() != "" {
 		return out.printObject(o.Streams.Out, run)
 	}
