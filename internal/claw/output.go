@@ -8,7 +8,6 @@ import (
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/printers"
 )
@@ -22,17 +21,25 @@ type outputFlags struct {
 	noHeaders bool
 }
 
-// newOutputFlags makes the flags; operation is the word -o name prints
-// after each object ("created"), "" for none.
-func newOutputFlags(operation string, table bool) *outputFlags {
-	return &outputFlags{print: genericclioptions.NewPrintFlags(operation).WithTypeSetter(Scheme()), table: table}
+// newOutputFlags makes the flags; table says the command has a table.
+// -o name prints kind/name alone, as kubectl's does (no operation word).
+func newOutputFlags(table bool) *outputFlags {
+	return &outputFlags{print: genericclioptions.NewPrintFlags("").WithTypeSetter(Scheme()), table: table}
+}
+
+// formats are the -o values the command takes.
+func (f *outputFlags) formats() []string {
+	formats := f.print.AllowedFormats()
+	if f.table {
+		formats = append([]string{"wide"}, formats...)
+	}
+	return formats
 }
 
 func (f *outputFlags) addFlags(cmd *cobra.Command) {
 	f.print.AddFlags(cmd)
-	formats := f.print.AllowedFormats()
+	formats := f.formats()
 	if f.table {
-		formats = append([]string{"wide"}, formats...)
 		cmd.Flags().BoolVar(&f.noHeaders, "no-headers", false, "print the table without its header line")
 	}
 	fl := cmd.Flags().Lookup("output")
@@ -56,6 +63,12 @@ func (f *outputFlags) format() string {
 	return *f.print.OutputFormat
 }
 
+// formatName is -o without its template: jsonpath for jsonpath={…}.
+func (f *outputFlags) formatName() string {
+	name, _, _ := strings.Cut(f.format(), "=")
+	return name
+}
+
 // human reports whether the command prints its own view: no -o, or -o wide.
 func (f *outputFlags) human() bool {
 	o := f.format()
@@ -68,12 +81,8 @@ func (f *outputFlags) check() error {
 		return nil
 	}
 	if _, err := f.print.ToPrinter(); err != nil {
-		allowed := f.print.AllowedFormats()
-		if f.table {
-			allowed = append([]string{"wide"}, allowed...)
-		}
-		name, _, _ := strings.Cut(f.format(), "=")
-		if !slices.Contains(allowed, name) {
+		allowed := f.formats()
+		if !slices.Contains(allowed, f.formatName()) {
 			return usageError("--output %q: want one of %s", f.format(), strings.Join(allowed, ", "))
 		}
 		return usageError("--output %s: %v", f.format(), err)
@@ -107,34 +116,25 @@ func (f *outputFlags) printList(w io.Writer, objs []runtime.Object) error {
 	if err != nil {
 		return err
 	}
+	scheme := Scheme()
 	list := &metav1.List{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "List"}, Items: []runtime.RawExtension{}}
 	for _, o := range objs {
-		gvk, err := typed(o)
+		gvks, _, err := scheme.ObjectKinds(o)
 		if err != nil {
 			return err
 		}
-		o.GetObjectKind().SetGroupVersionKind(gvk)
-		if name, _, _ := strings.Cut(f.format(), "="); name == "name" {
-			if err := p.PrintObj(o, w); err != nil {
-				return err
-			}
-			continue
-		}
+		o.GetObjectKind().SetGroupVersionKind(gvks[0])
 		list.Items = append(list.Items, runtime.RawExtension{Object: o})
 	}
-	if name, _, _ := strings.Cut(f.format(), "="); name == "name" {
-		return nil
+	if f.formatName() != "name" {
+		return p.PrintObj(list, w)
 	}
-	return p.PrintObj(list, w)
-}
-
-// typed is an object's kind from the Scheme.
-func typed(o runtime.Object) (gvk schema.GroupVersionKind, err error) {
-	gvks, _, err := Scheme().ObjectKinds(o)
-	if err != nil {
-		return gvk, err
+	for _, item := range list.Items {
+		if err := p.PrintObj(item.Object, w); err != nil {
+			return err
+		}
 	}
-	return gvks[0], nil
+	return nil
 }
 
 // printTable prints a table through cli-runtime's table printer: kubectl's layout,

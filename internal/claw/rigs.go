@@ -19,7 +19,7 @@ import (
 
 func (o *Options) newRigsCommand() *cobra.Command {
 	var all bool
-	out := newOutputFlags("", true)
+	out := newOutputFlags(true)
 	cmd := &cobra.Command{
 		Use:   "rigs",
 		Short: "List the DeviceRigs with their phase, current run and queue",

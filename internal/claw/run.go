@@ -54,7 +54,7 @@ type runFlags struct {
 }
 
 func (o *Options) newRunCommand() *cobra.Command {
-	f := &runFlags{out: newOutputFlags("created", false)}
+	f := &runFlags{out: newOutputFlags(false)}
 	cmd := &cobra.Command{
 		Use:   "run NAME (--rig RIG | --selector k=v,...) --trigger TEXT --model NAME [flags] | run [NAME] -f FILE",
 		Short: "Create an AgentRun, and with --wait follow it to its outcome",
