@@ -88,14 +88,11 @@ func (o *Options) archives(ctx context.Context, bin images.Options, created time
 		}
 		lic := entry{name: "LICENSE", mode: 0o644, data: license}
 		krew := KrewArchive(o.Version, pf)
-		if err := writeTarGz(filepath.Join(o.Out, krew), created,
+		if sums[pf.OS+"/"+pf.Architecture], err = writeTarGz(filepath.Join(o.Out, krew), created,
 			files[0], entry{name: "kubectl_complete-claw", mode: 0o755, data: complete}, lic); err != nil {
 			return err
 		}
-		if sums[pf.OS+"/"+pf.Architecture], err = fileSum(filepath.Join(o.Out, krew)); err != nil {
-			return err
-		}
-		if err := writeTarGz(filepath.Join(o.Out, RigHostArchive(o.Version, pf)), created,
+		if _, err := writeTarGz(filepath.Join(o.Out, RigHostArchive(o.Version, pf)), created,
 			append([]entry{files[1], files[2], lic}, units...)...); err != nil {
 			return err
 		}
@@ -196,8 +193,9 @@ func treeEntries(dir, prefix string) ([]entry, error) {
 }
 
 // writeTarGz writes the entries as a gzipped tar, every timestamp the
-// commit's, so a rebuild of one commit gives the same bytes.
-func writeTarGz(path string, mtime time.Time, entries ...entry) error {
+// commit's, so a rebuild of one commit gives the same bytes, and returns
+// the archive's SHA-256.
+func writeTarGz(path string, mtime time.Time, entries ...entry) (string, error) {
 	var buf bytes.Buffer
 	gz := gzip.NewWriter(&buf)
 	gz.ModTime = mtime
@@ -205,19 +203,20 @@ func writeTarGz(path string, mtime time.Time, entries ...entry) error {
 	for _, e := range entries {
 		if err := tw.WriteHeader(&tar.Header{Name: e.name, Mode: e.mode, Size: int64(len(e.data)), ModTime: mtime,
 			Typeflag: tar.TypeReg, Format: tar.FormatPAX}); err != nil {
-			return err
+			return "", err
 		}
 		if _, err := tw.Write(e.data); err != nil {
-			return err
+			return "", err
 		}
 	}
 	if err := tw.Close(); err != nil {
-		return err
+		return "", err
 	}
 	if err := gz.Close(); err != nil {
-		return err
+		return "", err
 	}
-	return os.WriteFile(path, buf.Bytes(), 0o644)
+	sum := sha256.Sum256(buf.Bytes())
+	return hex.EncodeToString(sum[:]), os.WriteFile(path, buf.Bytes(), 0o644)
 }
 
 func fileSum(path string) (string, error) {

@@ -80,10 +80,7 @@ const (
 
 // Build writes the release into o.Out.
 func Build(ctx context.Context, o Options) (*Result, error) {
-	if err := o.defaults(); err != nil {
-		return nil, err
-	}
-	_, revision, created, err := images.Describe(o.Root)
+	revision, created, err := o.defaults()
 	if err != nil {
 		return nil, err
 	}
@@ -133,9 +130,11 @@ func Build(ctx context.Context, o Options) (*Result, error) {
 	return res, nil
 }
 
-func (o *Options) defaults() error {
+// defaults fills in what o leaves out and checks it; it returns the
+// checkout's revision and commit time, which stamp the build.
+func (o *Options) defaults() (revision string, created time.Time, err error) {
 	if o.Root == "" || o.Out == "" || o.Helm == "" {
-		return errors.New("release: Root, Out and Helm are required")
+		return "", created, errors.New("release: Root, Out and Helm are required")
 	}
 	if o.Log == nil {
 		o.Log = func(string, ...any) {}
@@ -143,24 +142,24 @@ func (o *Options) defaults() error {
 	// Out is replaced: it must not be the checkout or hold it.
 	root, err := filepath.Abs(o.Root)
 	if err != nil {
-		return err
+		return "", created, err
 	}
 	out, err := filepath.Abs(o.Out)
 	if err != nil {
-		return err
+		return "", created, err
 	}
 	if rel, err := filepath.Rel(out, root); err == nil && (rel == "." || !strings.HasPrefix(rel, "..")) {
-		return fmt.Errorf("release: Out %s is the checkout or holds it, and would be deleted", o.Out)
+		return "", created, fmt.Errorf("release: Out %s is the checkout or holds it, and would be deleted", o.Out)
+	}
+	version, revision, created, err := images.Describe(o.Root)
+	if err != nil {
+		return "", created, err
 	}
 	if o.Version == "" {
-		v, _, _, err := images.Describe(o.Root)
-		if err != nil {
-			return err
-		}
-		o.Version = v
+		o.Version = version
 	}
 	if err := checkVersion(o.Version); err != nil {
-		return err
+		return "", created, err
 	}
 	if o.Repository == "" {
 		o.Repository = "ghcr.io/clawfarm"
@@ -177,7 +176,7 @@ func (o *Options) defaults() error {
 	if o.DownloadURL == "" {
 		o.DownloadURL = "https://" + images.Module + "/releases/download/" + o.Version
 	}
-	return nil
+	return revision, created, nil
 }
 
 // checkVersion refuses a version that cannot be both an image tag and, its
