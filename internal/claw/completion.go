@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
@@ -54,22 +56,12 @@ func (o *Options) completeNames(ctx context.Context, list client.ObjectList, pre
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
 	var names []string
-	switch l := list.(type) {
-	case *farmv1.AgentRunList:
-		for i := range l.Items {
-			names = append(names, l.Items[i].Name)
+	_ = meta.EachListItem(list, func(o runtime.Object) error {
+		if n := o.(client.Object).GetName(); strings.HasPrefix(n, prefix) {
+			names = append(names, n)
 		}
-	case *farmv1.DeviceRigList:
-		for i := range l.Items {
-			names = append(names, l.Items[i].Name)
-		}
-	}
-	out := names[:0]
-	for _, n := range names {
-		if strings.HasPrefix(n, prefix) {
-			out = append(out, n)
-		}
-	}
-	sort.Strings(out)
-	return out, cobra.ShellCompDirectiveNoFileComp
+		return nil
+	})
+	sort.Strings(names)
+	return names, cobra.ShellCompDirectiveNoFileComp
 }
