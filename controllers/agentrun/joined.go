@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -282,7 +283,24 @@ func (r *Reconciler) takeOutcome(ctx context.Context, run *farmv1.AgentRun, now 
 		r.ev().phase(run, farmv1.RunWaiting, farmv1.ReasonWaiting, msg)
 		return
 	}
+	carryFollowUp(run, h)
 	r.finishWith(ctx, run, now, h.Status.Phase, reason, msg)
+}
+
+// carryFollowUp records on a joined run the follow-up that the session's
+// run made on WAIT: that follow-up's trigger carries every task of the
+// session (sessionTask), this run's too, so it is where this run's task
+// goes on. Only the made run is recorded, not the CronJob: the CronJob is
+// the session's, and stopping this run must not drop it.
+func carryFollowUp(run, h *farmv1.AgentRun) {
+	fu := h.Status.FollowUp
+	c := conditions.Get(h.Status.Conditions, farmv1.ConditionFollowUpScheduled)
+	if fu == nil || fu.Run == "" || c == nil || c.Status != metav1.ConditionTrue || c.Reason != farmv1.ReasonFollowUpCreated {
+		return
+	}
+	run.Status.FollowUp = &farmv1.FollowUpStatus{Run: fu.Run, Chain: fu.Chain, Context: fu.Context}
+	conditions.True(&run.Status.Conditions, run.Generation, farmv1.ConditionFollowUpScheduled, farmv1.ReasonFollowUpCreated,
+		fmt.Sprintf("follow-up run %s of run %s's session carries this run's task on", fu.Run, h.Name))
 }
 
 // joinedIndex is the place of name among h's joined runs of mode: among

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -17,6 +18,7 @@ import (
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/internal/conditions"
 	"github.com/clawfarm/clawfarm/internal/contract"
+	"github.com/clawfarm/clawfarm/internal/followup"
 	"github.com/clawfarm/clawfarm/internal/lease"
 	"github.com/clawfarm/clawfarm/internal/testing/fakekubelet"
 )
@@ -465,4 +467,56 @@ func TestSteerSurvivesAManagerStopBetweenItsWrites(t *testing.T) {
 	if done := waitPhase(t, ns, "steer", farmv1.RunSucceeded); done.Status.Recap != "did both" || len(podsOf(t, ns, "steer")) != 0 {
 		t.Fatalf("steer run: recap %q, pods %d", done.Status.Recap, len(podsOf(t, ns, "steer")))
 	}
+}
+
+// A steer run whose session ends with WAIT ends with it, and names the
+// session's follow-up as where its task goes on: the follow-up's trigger
+// carries the steer message too.
+func TestSteerRunOfAWaitingSessionNamesItsFollowUp(t *testing.T) {
+	t.Parallel()
+	ns := namespace(t)
+	makeRig(t, ns, "rig", nil)
+	m := contract.TerminationMessage{Sentinel: contract.Wait, Retryable: true, Recap: "asked Ana for the code", ExitReason: contract.ReasonEndTurn,
+		FollowUp: &contract.FollowUp{AfterMinutes: 20, Context: "read Ana's reply"}}
+	b, _ := m.Encode()
+	holder := gated(ns, "holder", fakekubelet.Ending{ExitCode: 10, Message: string(b)})
+	create(t, newRun(ns, "holder", "rig"))
+	eventually(t, "the holder's loop running", func() bool {
+		p := podsOf(t, ns, "holder")
+		return len(p) == 1 && p[0].Status.Phase == corev1.PodRunning
+	})
+	create(t, modeRun(ns, "steer", "rig", farmv1.QueueModeSteer))
+	waitRun(t, ns, "holder", func(r *farmv1.AgentRun) bool { return len(r.Status.Joined) == 1 })
+	patchStatus(t, ns, "holder", `{"status":{"progress":{"attempt":1,"turn":3,"steered":1}}}`)
+	holder.Store(true)
+
+	waitPhase(t, ns, "steer", farmv1.RunWaiting)
+	if s := getRun(t, ns, "steer"); s.Status.FollowUp != nil {
+		t.Fatalf("a waiting steer run records the session's follow-up %+v before it exists", s.Status.FollowUp)
+	}
+	var cj batchv1.CronJob
+	eventually(t, "CronJob holder-fu", func() bool {
+		return k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "holder-fu"}, &cj) == nil
+	})
+	req, err := followup.DecodeRequest(cj.Spec.JobTemplate.Spec.Template.Spec.Containers[0].Env[0].Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(req.Run.Spec.Trigger, "task of steer") {
+		t.Fatalf("the session's follow-up does not carry the steer message:\n%s", req.Run.Spec.Trigger)
+	}
+	scripts.set(ns, "holder-f1", byPod(nil, ends(contract.Done, true, "got the code", 50*time.Millisecond)))
+	if _, err := followup.Create(context.Background(), k8s, req, ""); err != nil {
+		t.Fatal(err)
+	}
+	s := waitPhase(t, ns, "steer", farmv1.RunSucceeded)
+	if s.Status.Sentinel != "WAIT" || s.Status.FollowUp == nil || s.Status.FollowUp.Run != "holder-f1" || s.Status.FollowUp.CronJob != "" {
+		t.Fatalf("steer run: sentinel %q, followUp %+v; want WAIT and follow-up run holder-f1 without the session's CronJob",
+			s.Status.Sentinel, s.Status.FollowUp)
+	}
+	if c := condition(s, farmv1.ConditionFollowUpScheduled); c == nil || c.Status != metav1.ConditionTrue ||
+		c.Reason != farmv1.ReasonFollowUpCreated || !strings.Contains(c.Message, "holder-f1") {
+		t.Fatalf("steer run FollowUpScheduled %+v", c)
+	}
+	waitPhase(t, ns, "holder-f1", farmv1.RunSucceeded)
 }
