@@ -16,6 +16,9 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/engine"
 	"github.com/clawfarm/clawfarm/internal/engine/compaction"
@@ -28,6 +31,7 @@ import (
 	"github.com/clawfarm/clawfarm/internal/provider"
 	"github.com/clawfarm/clawfarm/internal/provider/presets"
 	"github.com/clawfarm/clawfarm/internal/rig"
+	"github.com/clawfarm/clawfarm/internal/telemetry"
 )
 
 func main() {
@@ -96,6 +100,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 	}
 
+	tracer := openTelemetry(cfg, getenv, logf)
+	if tracer != nil {
+		defer tracer.close()
+	}
+
 	budget := time.Duration(cfg.SessionSeconds) * time.Second
 	var msg contract.TerminationMessage
 	ec := engine.Config{
@@ -108,7 +117,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		Provider:     model, Progress: sink, Redactor: red,
 		Hooks:    hooks.Chain{hooks.NewDenyTools(cfg.DenyTools), policies.ToolPolicies{P: toolPolicies}},
 		Approver: approver, Clock: clk,
-		Logf: logf,
+		Logf: logf, Tracer: tracer.get(),
 	}
 	if at, keep := cfg.fold(); at > 0 {
 		ec.Compactor = compaction.Policy{At: at, Keep: keep}
@@ -149,7 +158,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		msg = contract.TerminationMessage{Sentinel: contract.Stuck, Retryable: true, ExitReason: contract.ReasonRigUnavailable,
 			Recap: red.String("stopped before the first turn: the rig's state directory: " + err.Error())}
 		em.Emit(events.Done(msg))
-	} else if rc, err := rig.Dial(ctx, rigConfig(cfg, getenv)); err != nil {
+	} else if rc, err := rig.Dial(ctx, rigConfig(cfg, getenv, tracer.get())); err != nil {
 		reason, text := contract.ReasonRigUnavailable, "stopped before the first turn: "+err.Error()
 		if ctx.Err() != nil {
 			reason, text = contract.ReasonUserCancel, "stopped before the first turn: the attempt was cancelled"
@@ -176,9 +185,46 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 // calling — the run, the attempt and the pod, whose name Kubernetes (and
 // rignode) put in HOSTNAME — sent to the rig with every request
 // (docs/rig-contract.md, "Who is calling").
-func rigConfig(cfg config, getenv func(string) string) rig.Config {
+func rigConfig(cfg config, getenv func(string) string, tr trace.Tracer) rig.Config {
 	return rig.Config{Endpoint: cfg.RigEndpoint, ReconnectWindow: rigReconnectWindow,
-		Run: cfg.Run, Attempt: cfg.Attempt, Pod: strings.TrimSpace(getenv("HOSTNAME")), TokenFile: cfg.RigTokenFile}
+		Run: cfg.Run, Attempt: cfg.Attempt, Pod: strings.TrimSpace(getenv("HOSTNAME")), TokenFile: cfg.RigTokenFile, Tracer: tr}
+}
+
+// otelExport is the attempt's OpenTelemetry export (docs/otel.md).
+type otelExport struct {
+	exp  *telemetry.Exporter
+	logf func(string, ...any)
+}
+
+// openTelemetry sets up the span export the OTEL_* environment asks for;
+// nil when it asks for none, or for one the loop cannot do (logged: a
+// session never fails for its telemetry).
+func openTelemetry(cfg config, getenv func(string) string, logf func(string, ...any)) *otelExport {
+	exp, err := telemetry.FromEnv(getenv, telemetry.Identity{Run: cfg.Run, Attempt: cfg.Attempt, Pod: strings.TrimSpace(getenv("HOSTNAME"))})
+	if err != nil {
+		logf("OpenTelemetry: %v; no spans are exported", err)
+	}
+	if exp == nil {
+		return nil
+	}
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(telemetry.ErrorLog(logf, time.Now)))
+	logf("OpenTelemetry: exporting spans to %s", exp.Endpoint())
+	return &otelExport{exp: exp, logf: logf}
+}
+
+// get is the tracer; nil without an export.
+func (o *otelExport) get() trace.Tracer {
+	if o == nil {
+		return nil
+	}
+	return o.exp.Tracer()
+}
+
+// close flushes the spans left, bounded by telemetry.ShutdownTimeout.
+func (o *otelExport) close() {
+	if err := o.exp.Shutdown(); err != nil {
+		o.logf("OpenTelemetry: the last spans were not all sent: %v", err)
+	}
 }
 
 // runSession runs the engine, turning a panic into a retryable STUCK: Go

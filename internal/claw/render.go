@@ -203,6 +203,10 @@ func lifecycleString(ev *events.Event) string {
 		if len(ev.Tools) > 0 {
 			s += fmt.Sprintf("  %d tools", len(ev.Tools))
 		}
+		if ev.OTelTraceID != "" {
+			// Whole, to paste into Jaeger, Tempo or Langfuse (docs/otel.md).
+			s += "  otel trace " + ev.OTelTraceID
+		}
 		return s
 	case events.TypeError:
 		s := "! error"

@@ -224,3 +224,28 @@ func TestRenderSystemPrompt(t *testing.T) {
 		}
 	}
 }
+
+// The session start line ends with the attempt's OpenTelemetry trace id,
+// whole, when the loop exported spans, so a person can find the same
+// attempt in Jaeger, Tempo or Langfuse.
+func TestRenderOTelTraceID(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	em := events.NewEmitter(&buf, redact.New(), nil)
+	ev := events.SessionStart("farm/timer", 1, "openai", "gpt", []string{"note", "end_session"})
+	ev.OTelTraceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	em.Emit(ev)
+	em.Emit(events.SessionStart("farm/timer", 2, "openai", "gpt", nil))
+	var got []string
+	r := &Renderer{Emit: func(s string) { got = append(got, s) }}
+	if err := scanLines(bytes.NewReader(buf.Bytes()), r.Line); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`▶ session start  run farm/timer  attempt 1  model openai/gpt  2 tools  otel trace 4bf92f3577b34da6a3ce929d0e0e4736`,
+		`▶ session start  run farm/timer  attempt 2  model openai/gpt`,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("rendered:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

@@ -18,7 +18,9 @@ func (s *Session) ask(ctx context.Context, req *provider.Request) (*provider.Rep
 	sink := &eventSink{s: s, turn: turn}
 	for attempt := 0; ; {
 		callCtx, cancel := context.WithTimeout(ctx, s.deadline.Sub(s.cfg.Clock.Now()))
+		callCtx, span := s.chatSpan(callCtx, turn, req)
 		reply, err := s.cfg.Provider.Stream(callCtx, req, sink)
+		s.endChat(span, reply, err)
 		cancel()
 		if err == nil {
 			s.cfg.Breaker.Success()

@@ -36,9 +36,11 @@ func (s *Session) dispatch(ctx context.Context, calls []provider.ToolCall) *Endi
 			end            *Ending
 			err            = broken
 		)
+		tctx, span := s.toolSpan(ctx, c)
 		if err == nil {
-			res, blocked, fault, end, err = s.runCall(ctx, hc, c.Arguments)
+			res, blocked, fault, end, err = s.runCall(tctx, hc, c.Arguments)
 		}
+		s.endTool(span, res.IsError || fault, blocked, err)
 		if err != nil {
 			// Record, then end after the turn's results are complete.
 			broken = err

@@ -17,6 +17,9 @@ import (
 	"encoding/json"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/clawfarm/clawfarm/internal/clock"
 	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/engine/backoff"
@@ -168,6 +171,9 @@ type Config struct {
 	Resume []provider.Message
 	// Logf writes an operator log line (stderr); nil: none. Lines are redacted.
 	Logf func(format string, args ...any)
+	// Tracer records the session as OpenTelemetry spans (spans.go,
+	// docs/otel.md); nil: none.
+	Tracer trace.Tracer
 }
 
 // Ending is how and why a session ends.
@@ -207,6 +213,9 @@ type Session struct {
 	screen    []listing.Element  // the latest listing a tool result carried (the tool policies read it)
 	approval  *contract.Approval // the call held for a person's answer, published in progress
 	approvals int                // approval requests so far, for their ids
+
+	span      trace.Span // the session's invoke_agent span
+	spanEnded bool
 }
 
 // New prepares a session.
@@ -243,6 +252,9 @@ func New(cfg Config) *Session {
 	}
 	if cfg.State == nil {
 		cfg.State = &State{}
+	}
+	if cfg.Tracer == nil {
+		cfg.Tracer = noop.NewTracerProvider().Tracer("")
 	}
 	if c, ok := cfg.Estimator.(tokens.Calibrated); ok && cfg.State.Tokens != nil {
 		c.Restore(*cfg.State.Tokens) // a resumed session goes on from what it had learned

@@ -60,6 +60,7 @@ func (s *Session) finish(ctx context.Context, end *Ending) contract.TerminationM
 	s.cfg.Hooks.SessionEnd(ctx, m)
 	s.cfg.Hooks.AgentEnd(ctx, s.transcript, m)
 	s.emit(events.Done(m))
+	s.endSpan(m)
 	return m
 }
 

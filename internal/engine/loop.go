@@ -12,7 +12,8 @@ import (
 // tools, append the results, ask again — until end_session closes the
 // session or a limit ends it. Every rule is a named step or policy.
 func (s *Session) Run(ctx context.Context) contract.TerminationMessage {
-	s.start(ctx)
+	ctx = s.start(ctx)
+	defer s.crashed()
 	for {
 		// 1. Limits: cancel (SIGTERM), session budget, turn limit.
 		if end := s.checkLimits(ctx); end != nil {

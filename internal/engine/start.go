@@ -12,8 +12,9 @@ import (
 	"github.com/clawfarm/clawfarm/internal/provider"
 )
 
-// start builds the system prompt, the tool list and the opening message.
-func (s *Session) start(ctx context.Context) {
+// start builds the system prompt, the tool list and the opening message,
+// and opens the session's span, which the returned context carries.
+func (s *Session) start(ctx context.Context) context.Context {
 	s.deadline = s.cfg.Clock.Now().Add(s.cfg.SessionBudget)
 	local := s.cfg.Tools.Specs()
 	s.tools = append(s.tools, local...)
@@ -41,10 +42,14 @@ func (s *Session) start(ctx context.Context) {
 	} else {
 		s.transcript = append(s.transcript, provider.Message{Role: provider.RoleUser, Text: s.cfg.Trigger})
 	}
-	s.emit(events.SessionStart(s.cfg.Run, s.cfg.Attempt, s.cfg.Provider.Name(), s.cfg.Provider.Model(), names))
+	ctx = s.startSpan(ctx)
+	ev := events.SessionStart(s.cfg.Run, s.cfg.Attempt, s.cfg.Provider.Name(), s.cfg.Provider.Model(), names)
+	ev.OTelTraceID = s.TraceID()
+	s.emit(ev)
 	s.emit(events.SystemPrompt(s.system, s.systemSHA256))
 	s.cfg.Hooks.SessionStart(ctx, hooks.Session{Run: s.cfg.Run, Attempt: s.cfg.Attempt,
 		Provider: s.cfg.Provider.Name(), Model: s.cfg.Provider.Model(), Tools: names})
+	return ctx
 }
 
 // checkLimits ends the session on cancel or budget, and gives one last

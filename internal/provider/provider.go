@@ -150,6 +150,11 @@ type Reply struct {
 	Usage        Usage
 	// RequestBytes is the size of the encoded request body, for accounting.
 	RequestBytes int
+	// Model and ID are the model that answered and the reply's id, as the
+	// service named them; empty when it did not (the OpenTelemetry chat
+	// span's gen_ai.response.model and gen_ai.response.id).
+	Model string
+	ID    string
 }
 
 // Sink receives a reply's stream as it arrives. Thinking is the model's

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -19,6 +20,10 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/clawfarm/clawfarm/internal/clock"
 	"github.com/clawfarm/clawfarm/internal/contract"
@@ -72,6 +77,10 @@ type Config struct {
 	Sleep func(context.Context, time.Duration) error
 	// Now tells the time; nil: time.Now.
 	Now func() time.Time
+	// Tracer records each tool call as an MCP client span (the tools/call
+	// span of the OpenTelemetry MCP conventions, docs/otel.md), a child of
+	// the span the call's context carries; nil: none.
+	Tracer trace.Tracer
 }
 
 func (c Config) withDefaults() Config {
@@ -95,6 +104,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.Tracer == nil {
+		c.Tracer = noop.NewTracerProvider().Tracer("")
 	}
 	c.HTTPClient = identified(c.HTTPClient, c.Run, c.Attempt, c.Pod, c.TokenFile)
 	return c
@@ -285,10 +297,54 @@ func (c *Client) drop(s *mcp.ClientSession) {
 // Call runs one rig tool. Tool failures come back as an error Result for the
 // model to read; the returned error is only ErrUnavailable or the context's.
 func (c *Client) Call(ctx context.Context, name string, args json.RawMessage) (Result, error) {
+	attrs := append([]attribute.KeyValue{
+		attribute.String("mcp.method.name", "tools/call"), attribute.String("gen_ai.tool.name", name),
+		attribute.String("gen_ai.operation.name", "execute_tool"),
+		attribute.String("network.transport", "tcp"), attribute.String("network.protocol.name", "http"),
+	}, serverAttributes(c.cfg.Endpoint)...)
+	ctx, span := c.cfg.Tracer.Start(ctx, "tools/call "+name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+	defer span.End()
+	r, err := c.call(ctx, span, name, args)
+	switch {
+	case err != nil:
+		class := "canceled"
+		if errors.Is(err, ErrUnavailable) {
+			class = "rig_unavailable"
+		}
+		span.SetAttributes(attribute.String("error.type", class))
+		span.SetStatus(codes.Error, err.Error())
+	case r.IsError:
+		span.SetAttributes(attribute.String("error.type", "tool_error"))
+		span.SetStatus(codes.Error, "the tool returned an error")
+	}
+	return r, err
+}
+
+// serverAttributes are server.address and server.port of the rig's endpoint.
+func serverAttributes(endpoint string) []attribute.KeyValue {
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Hostname() == "" {
+		return nil
+	}
+	port, _ := strconv.Atoi(u.Port())
+	if port == 0 && u.Scheme == "https" {
+		port = 443
+	} else if port == 0 {
+		port = 80
+	}
+	return []attribute.KeyValue{attribute.String("server.address", u.Hostname()), attribute.Int("server.port", port)}
+}
+
+// call is Call without its span: busy answers and dropped connections,
+// each an event on the span.
+func (c *Client) call(ctx context.Context, span trace.Span, name string, args json.RawMessage) (Result, error) {
 	for busy := 0; ; busy++ {
 		s, err := c.ensure(ctx)
 		if err != nil {
 			return Result{}, err
+		}
+		if id := s.ID(); id != "" {
+			span.SetAttributes(attribute.String("mcp.session.id", id))
 		}
 		cctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
 		res, err := s.CallTool(cctx, &mcp.CallToolParams{Name: name, Arguments: args})
@@ -302,6 +358,7 @@ func (c *Client) Call(ctx context.Context, name string, args json.RawMessage) (R
 			var werr *jsonrpc.Error
 			if errors.As(err, &werr) && werr.Code != codeRejected {
 				if isBusy(werr.Message) && busy < c.cfg.BusyRetries {
+					span.AddEvent("rig busy: retrying")
 					if err := c.cfg.Sleep(ctx, c.cfg.BusyDelay); err != nil {
 						return Result{}, err
 					}
@@ -310,6 +367,7 @@ func (c *Client) Call(ctx context.Context, name string, args json.RawMessage) (R
 				return Result{IsError: true, Text: fmt.Sprintf("rig error from %s: %s", name, werr.Message)}, nil
 			}
 			// The connection broke: reconnect, then re-run only a tool that changes nothing.
+			span.AddEvent("connection dropped: reconnecting")
 			c.drop(s)
 			if _, err := c.ensure(ctx); err != nil {
 				return Result{}, err
@@ -325,6 +383,7 @@ func (c *Client) Call(ctx context.Context, name string, args json.RawMessage) (R
 		}
 		r := convert(res)
 		if r.IsError && isBusy(r.Text) && busy < c.cfg.BusyRetries {
+			span.AddEvent("rig busy: retrying")
 			if err := c.cfg.Sleep(ctx, c.cfg.BusyDelay); err != nil {
 				return Result{}, err
 			}

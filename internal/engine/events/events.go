@@ -55,6 +55,9 @@ type Event struct {
 	Provider string   `json:"provider,omitempty"`
 	Model    string   `json:"model,omitempty"`
 	Tools    []string `json:"tools,omitempty"`
+	// OTelTraceID is the hex id of the attempt's OpenTelemetry trace, when
+	// the loop exports one (docs/otel.md).
+	OTelTraceID string `json:"otelTraceId,omitempty"`
 
 	// text_delta, thinking, error, compaction, system_prompt
 	Text string `json:"text,omitempty"`

@@ -123,6 +123,8 @@ type (
 		Message string `json:"message"`
 	}
 	response struct {
+		ID         string    `json:"id"`
+		Model      string    `json:"model"`
 		Content    []block   `json:"content"`
 		StopReason string    `json:"stop_reason"`
 		Usage      usage     `json:"usage"`

@@ -36,7 +36,7 @@ func decodeResponse(body io.Reader, sink provider.Sink) (*provider.Reply, error)
 		}
 		b.stop()
 	}
-	b.usage = r.Usage
+	b.usage, b.model, b.id = r.Usage, r.Model, r.ID
 	return b.reply(r.StopReason), nil
 }
 
@@ -80,6 +80,7 @@ func decodeStream(body io.Reader, sink provider.Sink) (*provider.Reply, error) {
 		case "message_start":
 			if ev.Message != nil {
 				b.usage = ev.Message.Usage
+				b.model, b.id = ev.Message.Model, ev.Message.ID
 			}
 		case "content_block_start":
 			if ev.ContentBlock != nil {
@@ -149,6 +150,8 @@ type replyBuilder struct {
 	cur   *pendingCall
 	calls []provider.ToolCall
 	usage usage
+	model string // the model that answered, and the message's id
+	id    string
 }
 
 type pendingCall struct {
@@ -202,6 +205,8 @@ func (b *replyBuilder) reply(stop string) *provider.Reply {
 	b.msg.ToolCalls = b.calls
 	return &provider.Reply{
 		Message:      b.msg,
+		Model:        b.model,
+		ID:           b.id,
 		FinishReason: finish(stop, len(b.calls) > 0),
 		Usage: provider.Usage{
 			PromptTokens:     b.usage.InputTokens + b.usage.CacheReadInputTokens + b.usage.CacheCreationInputTokens,

@@ -223,6 +223,8 @@ func (a *Adapter) stream(ctx context.Context, creq goopenai.ChatCompletionReques
 		reason strings.Builder
 		finish goopenai.FinishReason
 		usage  provider.Usage
+		model  string
+		id     string
 	)
 	emit := func(t, r string) {
 		if t != "" {
@@ -244,6 +246,12 @@ func (a *Adapter) stream(ctx context.Context, creq goopenai.ChatCompletionReques
 		}
 		if chunk.Usage != nil {
 			usage = convertUsage(chunk.Usage)
+		}
+		if chunk.Model != "" {
+			model = chunk.Model
+		}
+		if chunk.ID != "" {
+			id = chunk.ID
 		}
 		for _, ch := range chunk.Choices {
 			if ch.Index != 0 {
@@ -270,7 +278,7 @@ func (a *Adapter) stream(ctx context.Context, creq goopenai.ChatCompletionReques
 	emit(split.Flush())
 	msg := provider.Message{Role: provider.RoleAssistant, Text: strings.TrimSpace(text.String()),
 		Reasoning: strings.TrimSpace(reason.String()), ToolCalls: acc.calls()}
-	return &provider.Reply{Message: msg, FinishReason: normaliseFinish(finish, len(msg.ToolCalls) > 0), Usage: usage}, nil
+	return &provider.Reply{Message: msg, FinishReason: normaliseFinish(finish, len(msg.ToolCalls) > 0), Usage: usage, Model: model, ID: id}, nil
 }
 
 func (a *Adapter) complete(ctx context.Context, creq goopenai.ChatCompletionRequest, sink provider.Sink) (*provider.Reply, error) {
@@ -278,7 +286,7 @@ func (a *Adapter) complete(ctx context.Context, creq goopenai.ChatCompletionRequ
 	if err != nil {
 		return nil, err
 	}
-	reply := &provider.Reply{Usage: convertUsage(&resp.Usage)}
+	reply := &provider.Reply{Usage: convertUsage(&resp.Usage), Model: resp.Model, ID: resp.ID}
 	reply.Message.Role = provider.RoleAssistant
 	if len(resp.Choices) == 0 {
 		reply.FinishReason = provider.FinishOther

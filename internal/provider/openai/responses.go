@@ -291,6 +291,7 @@ func (a *Adapter) streamResponses(ctx context.Context, rreq goopenai.CreateRespo
 	defer st.Close()
 	var (
 		id        string
+		model     string
 		text      strings.Builder
 		reason    strings.Builder
 		msg       = provider.Message{Role: provider.RoleAssistant}
@@ -350,6 +351,7 @@ func (a *Adapter) streamResponses(ctx context.Context, rreq goopenai.CreateRespo
 				if r.ID != "" {
 					id = r.ID
 				}
+				model = r.Model
 				if r.Usage != nil {
 					usage = provider.Usage{PromptTokens: int64(r.Usage.InputTokens), CompletionTokens: int64(r.Usage.OutputTokens)}
 					if r.Usage.InputTokensDetails != nil {
@@ -381,7 +383,7 @@ func (a *Adapter) streamResponses(ctx context.Context, rreq goopenai.CreateRespo
 	if len(msg.ToolCalls) > 0 && finish == provider.FinishStop {
 		finish = provider.FinishToolCalls
 	}
-	return &provider.Reply{Message: msg, FinishReason: finish, Usage: usage}, id, nil
+	return &provider.Reply{Message: msg, FinishReason: finish, Usage: usage, Model: model, ID: id}, id, nil
 }
 
 // previousNotFound reports whether the service no longer has the response
