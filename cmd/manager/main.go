@@ -81,6 +81,7 @@ type managerFlags struct {
 	traceURL, traceAudience        *string
 	traceKeep                      *int
 	loopAPIServer                  *string
+	otel                           otelFlags
 	pricingConfigMap               *string
 	loopResources, fuResources     *jsonFlag[corev1.ResourceRequirements]
 	loopSecurity, fuSecurity       *jsonFlag[corev1.SecurityContext]
@@ -137,6 +138,7 @@ func newManagerFlags() *managerFlags {
 	fs.Var(f.fuResources, "followup-resources", "resources of the follow-up Jobs' container, the JSON of a core/v1 ResourceRequirements")
 	fs.Var(f.fuSecurity, "followup-security-context", "securityContext of the follow-up Jobs' container, the JSON of a core/v1 SecurityContext")
 	fs.Var(f.fuPodSecurity, "followup-pod-security-context", "securityContext of the follow-up Jobs' pods, the JSON of a core/v1 PodSecurityContext")
+	f.otel = addOTelFlags(fs)
 	f.zap.BindFlags(fs)
 	return f
 }
@@ -181,6 +183,10 @@ func (f *managerFlags) parse(args []string) error {
 		}
 	}
 	if _, err := f.pricingList(); err != nil {
+		fmt.Fprintln(f.fs.Output(), err)
+		return err
+	}
+	if err := f.otel.check(); err != nil {
 		fmt.Fprintln(f.fs.Output(), err)
 		return err
 	}
@@ -254,7 +260,7 @@ func (f *managerFlags) podDefaults() (attempt.Defaults, followup.JobDefaults) {
 			Image: *f.loopImage, ServiceAccountName: *f.loopSA, ImagePullPolicy: pull,
 			Resources: resources(f.loopResources), SecurityContext: f.loopSecurity.get(), PodSecurityContext: f.loopPodSecurity.get(),
 			TraceURL: *f.traceURL, TraceAudience: *f.traceAudience, TraceKeep: *f.traceKeep,
-			APIServer: *f.loopAPIServer,
+			APIServer: *f.loopAPIServer, OTel: f.otel.defaults(),
 		}, followup.JobDefaults{
 			Image: *f.managerImage, ServiceAccountName: *f.followupSA, AgentJobTTL: *f.agentJobTTL, ImagePullPolicy: pull,
 			Resources: resources(f.fuResources), SecurityContext: f.fuSecurity.get(), PodSecurityContext: f.fuPodSecurity.get(),

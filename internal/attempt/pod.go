@@ -71,6 +71,8 @@ type Defaults struct {
 	// server, instead of the kubernetes Service the kubelet names in
 	// KUBERNETES_SERVICE_HOST/PORT: for nodes without a Service proxy.
 	APIServer string
+	// OTel is where loop pods export their OpenTelemetry spans.
+	OTel OTel
 }
 
 // Spec is everything an attempt pod is built from.
@@ -276,6 +278,7 @@ func BuildPod(s Spec) *corev1.Pod {
 		env = append(env, corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: host},
 			corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: port})
 	}
+	env = append(env, otelEnv(s.Defaults.OTel, rig)...)
 
 	volumes := []corev1.Volume{stateVolume(rig)}
 	mounts := []corev1.VolumeMount{{Name: stateVolumeName, MountPath: contract.StateMountPath}}
