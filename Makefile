@@ -34,14 +34,14 @@ GOTEST_FLAGS  ?=
 # fresh clone in another folder reuses the compiled tests.
 GOTEST_BUILD  ?= -trimpath
 TEST_SETS      = env RACE_PKGS="$(RACE_PKGS)" NOCACHE_PKGS="$(NOCACHE_PKGS)" hack/test-sets.sh
-# What the tests run on, built by `make k8s helm s3gw node registry` (the
+# What the tests run on, built by `make k8s helm s3gw jaeger node registry` (the
 # chaos test's kubelet host runs the node's binaries and pulls from a
 # registry it starts); CLAWFARM_TEST_STRICT=1 makes a suite whose tool is
 # missing fail instead of skipping.
 NODE_TOOLS     = CLAWFARM_NODE_BINS="$$(hack/build-node.sh --print)" RUNC="$$(hack/install-runc.sh --print)" \
 	CLAWFARM_REGISTRY="$$(hack/build-registry.sh --print)"
 TEST_TOOLS     = KUBEBUILDER_ASSETS="$$(hack/build-k8s.sh --print)" HELM="$$(hack/build-helm.sh --print)" \
-	VERSITYGW="$$(hack/build-versitygw.sh --print)" $(NODE_TOOLS) CLAWFARM_TEST_STRICT=1
+	VERSITYGW="$$(hack/build-versitygw.sh --print)" CLAWFARM_JAEGER="$$(hack/build-jaeger.sh --print)" $(NODE_TOOLS) CLAWFARM_TEST_STRICT=1
 # hack/stage.sh times a stage for `make ci`'s table (CI_STAGES) and runs it.
 STAGE          = hack/stage.sh
 # What a vulnerability in the standard library does to `make vulncheck`: the
@@ -165,6 +165,10 @@ chart-check: helm ## helm lint and helm template the chart; its schema must refu
 s3gw: ## Build (once) the pinned Versity S3 gateway from source into the cache (the trace server's S3 store is tested on it).
 	hack/build-versitygw.sh >/dev/null
 
+.PHONY: jaeger
+jaeger: ## Build (once) the pinned Jaeger v2 from source into the cache (the loop's OpenTelemetry export is tested on it, docs/otel.md).
+	hack/build-jaeger.sh >/dev/null
+
 .PHONY: test
 test: test-plain test-race ## Run every test, each package once: envtest on the real kube-apiserver and etcd, the chart through helm, the S3 store on a real S3 server, the concurrent packages under the race detector.
 
@@ -173,19 +177,19 @@ test-sets: ## Fail when RACE_PKGS or NOCACHE_PKGS names a package that is not th
 	@$(TEST_SETS) check
 
 .PHONY: test-plain
-test-plain: k8s helm s3gw node registry test-sets ## Run the packages outside RACE_PKGS (half of make test).
+test-plain: k8s helm s3gw jaeger node registry test-sets ## Run the packages outside RACE_PKGS (half of make test).
 	@$(STAGE) test -- $(TEST_SETS) run plain cached -- env $(TEST_TOOLS) $(GO) test $(GOTEST_BUILD) $(GOTEST_FLAGS)
 	@$(STAGE) test -- $(TEST_SETS) run plain nocache -- env $(TEST_TOOLS) $(GO) test $(GOTEST_BUILD) $(GOTEST_FLAGS) -count=1
 
 .PHONY: test-race
-test-race: k8s helm s3gw node registry test-sets ## Run the concurrent packages (RACE_PKGS) under the race detector (half of make test).
+test-race: k8s helm s3gw jaeger node registry test-sets ## Run the concurrent packages (RACE_PKGS) under the race detector (half of make test).
 	@$(STAGE) race -- $(TEST_SETS) run race cached -- env $(TEST_TOOLS) $(GO) test -race $(GOTEST_BUILD) $(GOTEST_FLAGS)
 	@$(STAGE) race -- $(TEST_SETS) run race nocache -- env $(TEST_TOOLS) $(GO) test -race $(GOTEST_BUILD) $(GOTEST_FLAGS) -count=1
 
 .PHONY: unit
 unit: ## Run every test that needs no API server, without the race detector: the envtest suites say they skip.
-	@$(TEST_SETS) run all cached -- env -u KUBEBUILDER_ASSETS -u HELM -u VERSITYGW -u CLAWFARM_TEST_STRICT $(GO) test $(GOTEST_BUILD) $(GOTEST_FLAGS)
-	@$(TEST_SETS) run all nocache -- env -u KUBEBUILDER_ASSETS -u HELM -u VERSITYGW -u CLAWFARM_TEST_STRICT $(GO) test $(GOTEST_BUILD) $(GOTEST_FLAGS) -count=1
+	@$(TEST_SETS) run all cached -- env -u KUBEBUILDER_ASSETS -u HELM -u VERSITYGW -u CLAWFARM_JAEGER -u CLAWFARM_TEST_STRICT $(GO) test $(GOTEST_BUILD) $(GOTEST_FLAGS)
+	@$(TEST_SETS) run all nocache -- env -u KUBEBUILDER_ASSETS -u HELM -u VERSITYGW -u CLAWFARM_JAEGER -u CLAWFARM_TEST_STRICT $(GO) test $(GOTEST_BUILD) $(GOTEST_FLAGS) -count=1
 	@echo "make unit: the envtest suites (a TestMain calling testenv.MainNeeds) and the tests needing helm or the S3 gateway skipped, saying so under go test -v; make test runs them"
 
 .PHONY: bench-operator
