@@ -10,8 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-
-	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 )
 
 // The chart's metrics pieces: the ServiceMonitor, the Grafana dashboard and
@@ -175,16 +173,10 @@ func TestChartPrometheusRule(t *testing.T) {
 		t.Fatalf("PrometheusRule %v", pr)
 	}
 	known := map[string]map[string]bool{"phase": {}, "outcome": {}}
-	for _, p := range []farmv1.RunPhase{farmv1.RunPending, farmv1.RunQueued, farmv1.RunRunning, farmv1.RunRetrying, farmv1.RunWaiting,
-		farmv1.RunSucceeded, farmv1.RunFailed, farmv1.RunCancelled} {
-		known["phase"][string(p)] = true
+	for _, v := range append(slices.Clone(runPhases), rigPhases...) {
+		known["phase"][v] = true
 	}
-	for _, p := range []farmv1.RigPhase{farmv1.RigReady, farmv1.RigInUse, farmv1.RigNotReady, farmv1.RigOffline, farmv1.RigMaintenance} {
-		known["phase"][string(p)] = true
-	}
-	for _, o := range []string{farmv1.OutcomeDone, farmv1.OutcomeFail, farmv1.OutcomeWait, farmv1.OutcomeIdle, farmv1.OutcomeStuck,
-		farmv1.OutcomeBudget, farmv1.OutcomeNotRetryable, farmv1.OutcomeInvalidConfig, farmv1.OutcomeInfrastructure,
-		farmv1.OutcomeCancelled, farmv1.OutcomeStalled} {
+	for _, o := range attemptOutcomes {
 		known["outcome"][o] = true
 	}
 	matcher := regexp.MustCompile(`(\w+)=~?"([^"]*)"`)

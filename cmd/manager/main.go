@@ -272,38 +272,15 @@ func runManager(args []string) int {
 	if err := f.parse(args); err != nil {
 		return 2
 	}
-	loop, fu := f.podDefaults()
-	prices, _ := f.pricingList()  // checked by parse
-	shard, _ := f.shardSelector() // checked by parse
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(f.zap)))
 	log := ctrl.Log.WithName("setup")
 
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
-		Scheme:                  newScheme(),
-		Metrics:                 f.metricsOptions(),
-		Cache:                   f.cacheOptions(),
-		HealthProbeBindAddress:  *f.probeAddr,
-		PprofBindAddress:        *f.pprofAddr,
-		LeaderElection:          *f.leaderElect,
-		LeaderElectionID:        f.leaderElectionID(),
-		LeaderElectionNamespace: *f.leaderNamespace,
-		LeaseDuration:           f.leaseDuration,
-		RenewDeadline:           f.renewDeadline,
-		RetryPeriod:             f.retryPeriod,
-	})
+	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), f.managerOptions())
 	if err != nil {
 		log.Error(err, "cannot create the manager")
 		return 1
 	}
-	if err := setup(mgr, Settings{
-		Loop:           loop,
-		FollowUp:       fu,
-		StartupTimeout: *f.startupTimeout, NodeLostGrace: *f.nodeLostGrace, AttemptBackoff: *f.attemptBackoff, RigNotReadyGrace: *f.rigNotReady,
-		ProbeInterval: *f.probeInterval, ProbeTimeout: *f.probeTimeout,
-		RunWorkers: *f.runWorkers, RigWorkers: *f.rigWorkers,
-		PricingConfigMap: prices,
-		Shard:            shard,
-	}); err != nil {
+	if err := setup(mgr, f.settings()); err != nil {
 		log.Error(err, "cannot set up the controllers")
 		return 1
 	}
@@ -321,6 +298,40 @@ func runManager(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// managerOptions are the manager's options, as its flags make them (a test
+// starts a manager with them, its metrics endpoint included).
+func (f *managerFlags) managerOptions() ctrl.Options {
+	return ctrl.Options{
+		Scheme:                  newScheme(),
+		Metrics:                 f.metricsOptions(),
+		Cache:                   f.cacheOptions(),
+		HealthProbeBindAddress:  *f.probeAddr,
+		PprofBindAddress:        *f.pprofAddr,
+		LeaderElection:          *f.leaderElect,
+		LeaderElectionID:        f.leaderElectionID(),
+		LeaderElectionNamespace: *f.leaderNamespace,
+		LeaseDuration:           f.leaseDuration,
+		RenewDeadline:           f.renewDeadline,
+		RetryPeriod:             f.retryPeriod,
+	}
+}
+
+// settings are the controllers' settings, as the flags make them.
+func (f *managerFlags) settings() Settings {
+	loop, fu := f.podDefaults()
+	prices, _ := f.pricingList()  // checked by parse
+	shard, _ := f.shardSelector() // checked by parse
+	return Settings{
+		Loop:           loop,
+		FollowUp:       fu,
+		StartupTimeout: *f.startupTimeout, NodeLostGrace: *f.nodeLostGrace, AttemptBackoff: *f.attemptBackoff, RigNotReadyGrace: *f.rigNotReady,
+		ProbeInterval: *f.probeInterval, ProbeTimeout: *f.probeTimeout,
+		RunWorkers: *f.runWorkers, RigWorkers: *f.rigWorkers,
+		PricingConfigMap: prices,
+		Shard:            shard,
+	}
 }
 
 // Settings are the manager's controller settings.

@@ -41,34 +41,9 @@ func TestMetricsNeedAReader(t *testing.T) {
 	defer cancel()
 	cs := kubernetes.NewForConfigOrDie(env.Config)
 
-	b, err := os.ReadFile("../../config/rbac/metrics_reader_role.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var role rbacv1.ClusterRole
-	if err := yaml.Unmarshal(b, &role); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cs.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	token := func(name string) string {
-		if _, err := cs.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		tr, err := cs.CoreV1().ServiceAccounts("default").CreateToken(ctx, name,
-			&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tr.Status.Token
-	}
-	prometheus, stranger := token("prometheus"), token("stranger")
-	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "prometheus-metrics"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "default", Name: "prometheus"}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	role := createMetricsReaderRole(ctx, t, cs)
+	prometheus, stranger := serviceAccountToken(ctx, t, cs, "prometheus"), serviceAccountToken(ctx, t, cs, "stranger")
+	bindMetricsReader(ctx, t, cs, role, "prometheus")
 
 	serve := func(args ...string) string {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -137,5 +112,48 @@ func TestMetricsNeedAReader(t *testing.T) {
 	addr = serve("--metrics-secure=false")
 	if code, body := get(fmt.Sprintf("http://%s/metrics", addr), ""); code != http.StatusOK || !strings.Contains(body, "# HELP") {
 		t.Errorf("--metrics-secure=false: %d %q, want the metrics to anyone", code, body)
+	}
+}
+
+// createMetricsReaderRole creates config/rbac's metrics-reader ClusterRole,
+// the one the chart binds Prometheus's token to, and returns its name.
+func createMetricsReaderRole(ctx context.Context, t *testing.T, cs kubernetes.Interface) string {
+	t.Helper()
+	b, err := os.ReadFile("../../config/rbac/metrics_reader_role.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var role rbacv1.ClusterRole
+	if err := yaml.Unmarshal(b, &role); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return role.Name
+}
+
+// serviceAccountToken creates the ServiceAccount default/name and returns a
+// token the API server issued for it.
+func serviceAccountToken(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string) string {
+	t.Helper()
+	if _, err := cs.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := cs.CoreV1().ServiceAccounts("default").CreateToken(ctx, name,
+		&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr.Status.Token
+}
+
+// bindMetricsReader binds the ClusterRole role to the ServiceAccount default/name.
+func bindMetricsReader(ctx context.Context, t *testing.T, cs kubernetes.Interface, role, name string) {
+	t.Helper()
+	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name + "-metrics"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "default", Name: name}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }
