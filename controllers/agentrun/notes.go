@@ -39,6 +39,17 @@ type notes struct {
 	// finalized holds, per run, the last pod whose finalizer this manager
 	// removed, until the cache shows the removal.
 	finalized sync.Map // types.NamespacedName → letGone
+	// holds holds, per run, the rig this manager made it hold (took, or
+	// handed to it) until the cache shows the run's Lease; or that the run
+	// gave its rig back for good (doneWithRigs).
+	holds sync.Map // types.NamespacedName → heldRig
+}
+
+// heldRig is a rig a run was made to hold, and when.
+type heldRig struct {
+	uid types.UID
+	rig string
+	at  time.Time
 }
 
 // ownWriteWait bounds how long a reconcile waits for the cache to show the
@@ -81,6 +92,7 @@ func (n *notes) forget(key types.NamespacedName) {
 	n.recorded.Delete(key)
 	n.finalized.Delete(key)
 	n.podsMade.Delete(key)
+	n.holds.Delete(key)
 }
 
 // deferOnce reports whether the run's first Queued status is deferred now:
@@ -224,4 +236,66 @@ func (s *startNote) moments() (leasedAt, podAt time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.leasedAt, s.podAt
+}
+
+// hold notes that this manager is about to make run hold rig: a Lease it
+// takes or is handed. It reports false when a hold of another rig is
+// noted for the run (within ownWriteWait), and the rig must then go
+// elsewhere. Noted before the Lease's write, it makes the workers that all
+// found one run at the head of their queues, on a cache that does not show
+// the run's new Lease yet, hand it one rig instead of one each.
+func (n *notes) hold(run *farmv1.AgentRun, rig string, now time.Time) bool {
+	key := types.NamespacedName{Namespace: run.Namespace, Name: run.Name}
+	want := heldRig{uid: run.UID, rig: rig, at: now}
+	for {
+		v, loaded := n.holds.LoadOrStore(key, want)
+		if !loaded {
+			return true
+		}
+		h := v.(heldRig)
+		if h.uid == run.UID && now.Sub(h.at) <= ownWriteWait {
+			return h.rig == rig
+		}
+		if n.holds.CompareAndSwap(key, h, want) {
+			return true
+		}
+	}
+}
+
+// unhold forgets the hold of rig noted for run: its Lease was not written,
+// the cache shows it, or the rig went back.
+func (n *notes) unhold(run *farmv1.AgentRun, rig string) {
+	key := types.NamespacedName{Namespace: run.Namespace, Name: run.Name}
+	if v, ok := n.holds.Load(key); ok {
+		if h := v.(heldRig); h.uid == run.UID && h.rig == rig {
+			n.holds.CompareAndDelete(key, h)
+		}
+	}
+}
+
+// heldNote is the rig a fresh note says run holds; ok is false when no
+// fresh note is kept. A run with a note is handed nothing more: it holds a
+// rig the cache may not show yet, or (rig "") it gave its rig back for good
+// on a cache that may still show it waiting (notes.doneWithRigs). Its own
+// reconcile confirms a noted rig on the API server (heldRigs).
+func (n *notes) heldNote(run *farmv1.AgentRun, now time.Time) (rig string, ok bool) {
+	key := types.NamespacedName{Namespace: run.Namespace, Name: run.Name}
+	v, ok := n.holds.Load(key)
+	if !ok {
+		return "", false
+	}
+	h := v.(heldRig)
+	if h.uid != run.UID || now.Sub(h.at) > ownWriteWait {
+		n.holds.CompareAndDelete(key, h)
+		return "", false
+	}
+	return h.rig, true
+}
+
+// doneWithRigs notes that run gave its rig back and will take none again
+// (it finished, or waits for its follow-up): until the cache shows the
+// status that says so, the queue would still see it waiting and hand it
+// the next free rig.
+func (n *notes) doneWithRigs(run *farmv1.AgentRun, now time.Time) {
+	n.holds.Store(types.NamespacedName{Namespace: run.Namespace, Name: run.Name}, heldRig{uid: run.UID, at: now})
 }

@@ -3,6 +3,7 @@ package agentrun
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -83,7 +84,7 @@ func (r *Reconciler) observe(ctx context.Context, run *farmv1.AgentRun, now time
 		}
 		wake = earliest(wake, graceEnds)
 	}
-	held, err := lease.HeldBy(ctx, r.Client, lease.HolderOf(run))
+	held, err := r.heldRigs(ctx, run, now)
 	if err != nil {
 		return w, wake, err
 	}
@@ -99,6 +100,37 @@ func (r *Reconciler) observe(ctx context.Context, run *farmv1.AgentRun, now time
 		}
 	}
 	return w, wake, nil
+}
+
+// heldRigs lists the rigs whose Leases the run holds, as the cache shows
+// them; and, while the cache does not show one yet, the rig this manager
+// noted it took or was handed (notes.hold), confirmed on the API server.
+func (r *Reconciler) heldRigs(ctx context.Context, run *farmv1.AgentRun, now time.Time) ([]string, error) {
+	held, err := lease.HeldBy(ctx, r.Client, lease.HolderOf(run))
+	if err != nil {
+		return nil, err
+	}
+	noted, _ := r.notes.heldNote(run, now)
+	switch {
+	case noted == "":
+		return held, nil
+	case slices.Contains(held, noted):
+		r.notes.unhold(run, noted) // the cache shows it: the queue reads the Lease from here on
+		return held, nil
+	case len(held) > 0:
+		return held, nil
+	}
+	l, err := lease.Get(ctx, r.APIReader, run.Namespace, noted)
+	if err != nil {
+		return nil, err
+	}
+	if l != nil && l.DeletionTimestamp == nil {
+		if _, uid := lease.HolderRun(l); uid == run.UID {
+			return []string{noted}, nil
+		}
+	}
+	r.notes.unhold(run, noted)
+	return nil, nil
 }
 
 // podsOf lists the run's attempt pods from the cache (through the run

@@ -3,6 +3,7 @@ package agentrun
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -142,8 +143,10 @@ type queue struct {
 // (its status says so only once written).
 //
 // The cache may lag: a run that already holds a Lease may still look queued
-// (it is skipped by its Lease), and a Lease just taken may not show yet (the
-// Create fails and the Lease's event wakes the queue again).
+// (it is skipped by its Lease, or, while the cache does not show that Lease
+// yet, by the hold this manager noted when it wrote it: notes.hold), and a
+// Lease another manager just took may not show yet (the Create fails and
+// the Lease's event wakes the queue again).
 func (r *Reconciler) readQueue(ctx context.Context, namespace, forRig, freeing string, self types.UID) (*queue, error) {
 	rigs, selectors, err := r.queuePart(ctx, namespace, forRig)
 	if err != nil {
@@ -187,11 +190,22 @@ func (r *Reconciler) readQueue(ctx context.Context, namespace, forRig, freeing s
 		}
 		waiting = append(waiting, more...)
 	}
+	now := r.now()
 	for _, run := range waiting {
-		if !holding[run.UID] && (run.UID == self || !accountBlocked(run)) {
-			q.waiting = append(q.waiting, run)
+		if holding[run.UID] || run.UID != self && accountBlocked(run) {
+			continue
 		}
+		if noted, ok := r.heldNoteOf(run, self, now); ok {
+			// It holds a rig the cache does not show it holding yet
+			// (neither the run nor that rig is free), or it is done with rigs.
+			if noted != "" {
+				leased[noted] = leased[noted] || noted != freeing
+			}
+			continue
+		}
+		q.waiting = append(q.waiting, run)
 	}
+	free = slices.DeleteFunc(free, func(rig *farmv1.DeviceRig) bool { return leased[rig.Name] })
 	sort.Slice(q.waiting, func(i, j int) bool { return queuedBefore(q.waiting[i], q.waiting[j]) })
 	for _, run := range q.waiting {
 		if len(free) == 0 {
@@ -298,17 +312,34 @@ func (r *Reconciler) readRigQueue(ctx context.Context, rig *farmv1.DeviceRig, fr
 		_, holder = lease.HolderRun(held)
 	}
 	var waiting []*farmv1.AgentRun
+	now := r.now()
+	taken := false // by a run whose new Lease the cache does not show yet
 	for _, run := range all {
-		if run.UID != holder && (run.UID == self || !accountBlocked(run)) { // the holder may still look queued: its status lags its Lease
-			waiting = append(waiting, run)
+		// The holder may still look queued: its status lags its Lease.
+		if run.UID == holder || run.UID != self && accountBlocked(run) {
+			continue
 		}
+		if noted, ok := r.heldNoteOf(run, self, now); ok {
+			taken = taken || noted == name
+			continue
+		}
+		waiting = append(waiting, run)
 	}
 	sort.Slice(waiting, func(i, j int) bool { return queuedBefore(waiting[i], waiting[j]) })
 	q.waiting = waiting
-	if (held == nil || name == freeing) && usable(rig) && len(waiting) > 0 {
+	if (held == nil && !taken || name == freeing) && usable(rig) && len(waiting) > 0 {
 		q.given[waiting[0].Name] = name
 	}
 	return q, nil
+}
+
+// heldNoteOf is notes.heldNote for a run of the queue other than self:
+// the reconcile of the run itself reads its Leases through heldRigs.
+func (r *Reconciler) heldNoteOf(run *farmv1.AgentRun, self types.UID, now time.Time) (string, bool) {
+	if run.UID == self {
+		return "", false
+	}
+	return r.notes.heldNote(run, now)
 }
 
 // nextHolder is the run a rig goes to when its holder gives it up now: the

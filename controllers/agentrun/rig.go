@@ -114,9 +114,16 @@ func (r *Reconciler) acquire(ctx context.Context, run *farmv1.AgentRun, w world,
 					return res, nil
 				}
 			}
-			lr, err := lease.Acquire(ctx, r.Client, rig.Name, lease.HolderOf(run))
-			if err == nil && !lr.Acquired {
+			var lr lease.Result
+			if !r.notes.hold(run, rig.Name, w.now) {
+				// Another run handed the run a rig since it was observed:
+				// that Lease's event brings it back.
+				c.why = "another rig was just handed to the run"
+			} else if lr, err = lease.Acquire(ctx, r.Client, rig.Name, lease.HolderOf(run)); err == nil && !lr.Acquired {
 				c.why = fmt.Sprintf("rig %s was just taken by another run", rig.Name)
+			}
+			if err != nil || !lr.Acquired {
+				r.notes.unhold(run, rig.Name)
 			}
 			if fresh && (err != nil || !lr.Acquired) {
 				// Only the slot this reconcile took goes back here: one the
@@ -317,27 +324,22 @@ func (r *Reconciler) releaseRig(ctx context.Context, run *farmv1.AgentRun, w wor
 		}
 	}
 	msg := fmt.Sprintf("rig %s released", w.held)
-	next, err := r.nextHolder(ctx, run.Namespace, w.held)
+	next, err := r.handTo(ctx, run, w)
 	if err != nil {
 		return false, err
 	}
 	handed := false
-	if next != nil && (next.UID == run.UID || !r.mayHandTo(run, w, next)) {
-		next = nil
-	}
 	if next != nil {
 		// A run of a capped model account takes its rig only with a slot
 		// of it (account.go).
 		ok, err := r.passSlot(ctx, run, next)
+		if err == nil && ok {
+			handed, err = lease.HandOver(ctx, r.Client, w.held, lease.HolderOf(run), lease.HolderOf(next))
+		}
+		if !handed {
+			r.notes.unhold(next, w.held)
+		}
 		if err != nil {
-			return false, err
-		}
-		if !ok {
-			next = nil
-		}
-	}
-	if next != nil {
-		if handed, err = lease.HandOver(ctx, r.Client, w.held, lease.HolderOf(run), lease.HolderOf(next)); err != nil {
 			return false, err
 		}
 		if handed {
@@ -348,6 +350,11 @@ func (r *Reconciler) releaseRig(ctx context.Context, run *farmv1.AgentRun, w wor
 		if err := lease.Release(ctx, r.Client, w.held, lease.HolderOf(run)); err != nil {
 			return false, err
 		}
+	}
+	if p := run.Status.Phase; p.Finished() || p == farmv1.RunWaiting {
+		r.notes.doneWithRigs(run, w.now)
+	} else {
+		r.notes.unhold(run, w.held)
 	}
 	// The session's model-account slot goes with the rig, read from the API
 	// server: no pod of the run is alive, so no session is left to count.
@@ -364,6 +371,23 @@ func (r *Reconciler) releaseRig(ctx context.Context, run *farmv1.AgentRun, w wor
 	}
 	decided(ctx, run, "gave the rig back", farmv1.ReasonReleased, "released", w.held, "to", to)
 	return true, nil
+}
+
+// handTo picks the run the held rig goes to straight from run, and notes
+// that it will hold the rig (notes.hold); nil when none may take it now.
+// A run another worker handed a rig to a moment ago, which the cache shows
+// as waiting still, is passed over for the next one.
+func (r *Reconciler) handTo(ctx context.Context, run *farmv1.AgentRun, w world) (*farmv1.AgentRun, error) {
+	for range 3 {
+		next, err := r.nextHolder(ctx, run.Namespace, w.held)
+		if err != nil || next == nil || next.UID == run.UID || !r.mayHandTo(run, w, next) {
+			return nil, err
+		}
+		if r.notes.hold(next, w.held, w.now) {
+			return next, nil
+		}
+	}
+	return nil, nil // the rig is released, and the queue takes it from there
 }
 
 // releaseRetry is how soon a run whose rig could not go back yet (a pod of

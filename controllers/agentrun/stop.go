@@ -59,6 +59,7 @@ func (r *Reconciler) stop(ctx context.Context, run *farmv1.AgentRun, w world, li
 		return wakeAt(retryRelease(w, released)), err
 	}
 	r.finishWith(ctx, run, w.now, cause.phase, cause.reason, cause.message)
+	r.notes.doneWithRigs(run, w.now) // the cache may show it queued a while yet
 	return decision{}, nil
 }
 

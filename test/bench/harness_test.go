@@ -60,7 +60,13 @@ func auditedEnv(t *testing.T, crds string) (*envtest.Environment, string) {
 	if err := os.WriteFile(policy, []byte(auditPolicy), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	log := filepath.Join(dir, "audit.log")
+	// BENCH_AUDIT_DIR keeps the audit log after the test, to follow one
+	// run's writes request by request.
+	logDir := dir
+	if d := os.Getenv("BENCH_AUDIT_DIR"); d != "" {
+		logDir = d
+	}
+	log := filepath.Join(logDir, "audit.log")
 	env := &envtest.Environment{CRDDirectoryPaths: []string{crds}, ErrorIfCRDPathMissing: true}
 	args := env.ControlPlane.GetAPIServer().Configure()
 	args.Set("audit-policy-file", policy)
