@@ -125,14 +125,12 @@ type DeviceRigStatus struct {
 	// ObservedGeneration is the generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// Phase of the rig.
+	// Phase of the rig. InUse while a run holds the rig's Lease: the Lease,
+	// named after the rig and labelled farm.clawfarm.dev/run, names the
+	// run, and so does that run's status.rig. A Lease that passes straight
+	// from one run to the next leaves the phase, and this status, as they are.
 	// +optional
 	Phase RigPhase `json:"phase,omitempty"`
-	// CurrentRun is the AgentRun holding the rig's lease. When the lease
-	// passes straight from one run to the next, it names the new run at
-	// most 10 seconds later (the Lease itself says at once).
-	// +optional
-	CurrentRun string `json:"currentRun,omitempty"`
 	// Health is the last health report.
 	// +optional
 	Health *RigHealth `json:"health,omitempty"`
@@ -157,7 +155,6 @@ type DeviceRigStatus struct {
 // +kubebuilder:resource:shortName=rig,categories=clawfarm
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.spec.nodeName`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
-// +kubebuilder:printcolumn:name="Run",type=string,JSONPath=`.status.currentRun`
 // +kubebuilder:printcolumn:name="Platform",type=string,JSONPath=`.spec.phone.platform`,priority=1
 // +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.spec.endpoint.url`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

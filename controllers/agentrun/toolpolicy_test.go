@@ -80,7 +80,7 @@ func TestInvalidToolPolicyFailsTheRun(t *testing.T) {
 	if err := k8s.List(context.Background(), &pods, client.InNamespace(ns)); err != nil || len(pods.Items) != 0 {
 		t.Fatalf("%d pods (%v), want none", len(pods.Items), err)
 	}
-	waitRig(t, ns, "rig", func(r *farmv1.DeviceRig) bool { return r.Status.CurrentRun == "" })
+	eventually(t, "the rig given back", func() bool { return leaseHolder(t, ns, "rig") == "" })
 }
 
 // The loop's held call (status.progress.approval) shows as the condition

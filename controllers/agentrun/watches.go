@@ -93,8 +93,10 @@ func (r *Reconciler) queuedRunsForRigOf(ctx context.Context, o client.Object) []
 	switch obj := o.(type) {
 	case *farmv1.DeviceRig:
 		rig = *obj
-		if obj.Status.CurrentRun != "" {
-			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: obj.Namespace, Name: obj.Status.CurrentRun}})
+		if l, err := lease.Get(ctx, r.Client, obj.Namespace, obj.Name); err == nil && l != nil && lease.IsRigLease(l) {
+			if name, _ := lease.HolderRun(l); name != "" {
+				reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: obj.Namespace, Name: name}})
+			}
 		}
 	case *coordinationv1.Lease:
 		if name, _ := lease.HolderRun(obj); name != "" {

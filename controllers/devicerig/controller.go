@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -46,20 +45,11 @@ type Config struct {
 	// nothing writes nothing: on a farm of thousands of idle rigs, writing
 	// the time of every probe would be most of the API server's work.
 	ProbeRecordInterval time.Duration
-	// HandOverRecordInterval is how long status.currentRun may lag a
-	// hand-over (default 10 s): when the rig's Lease passes from one run
-	// to the next and nothing else changes, the status names the new run
-	// at the latest this long after its last write. Back-to-back short
-	// sessions then cost one status write per interval, not one per
-	// session; the Lease (and each run's RigLeased condition) says at once
-	// who holds the rig. Negative: every hand-over is written at once.
-	HandOverRecordInterval time.Duration
 }
 
 // Defaults of Config's intervals.
 const (
-	DefaultProbeRecordInterval    = 5 * time.Minute
-	DefaultHandOverRecordInterval = 10 * time.Second
+	DefaultProbeRecordInterval = 5 * time.Minute
 )
 
 // Reconciler reconciles DeviceRigs.
@@ -77,10 +67,6 @@ type Reconciler struct {
 	// time.Time), which the status records only when something else changed
 	// or ProbeRecordInterval has passed. A new manager starts from the status.
 	probed sync.Map
-	// written holds when this manager last wrote each rig's status
-	// (types.NamespacedName → time.Time), for HandOverRecordInterval. A new
-	// manager writes the first hand-over it sees.
-	written sync.Map
 }
 
 // +kubebuilder:rbac:groups=farm.clawfarm.dev,resources=devicerigs,verbs=get;list;watch;update;patch
@@ -97,7 +83,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if apierrors.IsNotFound(err) {
 			rigsByPhase.forget(req.String())
 			r.probed.Delete(req.NamespacedName)
-			r.written.Delete(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -118,14 +103,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	st.CurrentRun = holder
 
-	// 5. Ready and phase, derived from the conditions.
-	st.Phase, st.ObservedGeneration = r.phase(&rig), gen
+	// 5. Ready and phase, derived from the conditions and the Lease.
+	st.Phase, st.ObservedGeneration = r.phase(&rig, holder), gen
 	if st.Phase == farmv1.RigReady || st.Phase == farmv1.RigInUse {
 		conditions.True(&st.Conditions, gen, farmv1.ConditionReady, farmv1.ReasonRigReady, "node ready, endpoint reachable, rig healthy")
 	} else {
-		conditions.False(&st.Conditions, gen, farmv1.ConditionReady, readyReason(&rig), readyMessage(&rig))
+		conditions.False(&st.Conditions, gen, farmv1.ConditionReady, readyReason(&rig), readyMessage(&rig, holder))
 	}
 	// Stalled is what kstatus (Flux, cli-utils, kubectl's wait tooling) reads:
 	// True for a rig that cannot serve and will not without the world
@@ -133,21 +117,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// Argo CD's check; False otherwise. A rig in maintenance is InProgress to
 	// kstatus by its Ready False: it waits to be put back.
 	if st.Phase == farmv1.RigNotReady || st.Phase == farmv1.RigOffline {
-		conditions.True(&st.Conditions, gen, farmv1.ConditionStalled, readyReason(&rig), readyMessage(&rig))
+		conditions.True(&st.Conditions, gen, farmv1.ConditionStalled, readyReason(&rig), readyMessage(&rig, holder))
 	} else {
 		conditions.False(&st.Conditions, gen, farmv1.ConditionStalled, string(st.Phase), "the rig is "+string(st.Phase))
 	}
 	rigsByPhase.set(&rig)
 
 	// 6. Write what changed; an Event when the rig's health moved. Ready ↔ InUse
-	// is every session's rhythm, shown in the status and on the run's own events.
-	// A hand-over alone waits for HandOverRecordInterval since the last write.
+	// is every session's rhythm, shown in the status and on the run's own
+	// events; a Lease passing from one run to the next changes nothing here.
 	// The probe's time goes in with any other change, and on its own only
 	// when the recorded one is older than ProbeRecordInterval.
 	next := lastProbe.Add(r.Config.ProbeInterval).Sub(r.Clock.Now()) // lastProbe is set: a probe is never due past this point
-	if wait := r.handOverWait(req.NamespacedName, before, st, now); wait > 0 {
-		return ctrl.Result{RequeueAfter: max(min(next, wait), 100*time.Millisecond)}, nil
-	}
 	if probed && (!equality.Semantic.DeepEqual(before, st) || due(st.LastProbeTime, now, r.recordInterval())) {
 		t := metav1.NewTime(now)
 		st.LastProbeTime = &t
@@ -156,42 +137,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if err := r.Status().Update(ctx, &rig); err != nil {
 			return ctrl.Result{}, fmt.Errorf("update rig status: %w", err)
 		}
-		r.written.Store(req.NamespacedName, now)
 		if before.Phase != st.Phase {
 			log.FromContext(ctx).V(1).Info("rig phase changed", "rig", rig.Name, "from", before.Phase, "to", st.Phase,
-				"run", st.CurrentRun, "reason", conditions.Get(st.Conditions, farmv1.ConditionReady).Reason)
+				"run", holder, "reason", conditions.Get(st.Conditions, farmv1.ConditionReady).Reason)
 		}
 		if health(before.Phase) != health(st.Phase) {
-			recorder{r.Recorder}.phase(&rig, readyMessage(&rig))
+			recorder{r.Recorder}.phase(&rig, readyMessage(&rig, holder))
 		}
 	}
 	return ctrl.Result{RequeueAfter: max(next, 100*time.Millisecond)}, nil
-}
-
-// handOverWait is how long the status write waits when all it would say
-// is that the rig passed from one run to another (InUse before and after,
-// nothing else changed): what is left of HandOverRecordInterval since
-// this manager last wrote the rig's status. Zero: write now.
-func (r *Reconciler) handOverWait(key types.NamespacedName, before, st *farmv1.DeviceRigStatus, now time.Time) time.Duration {
-	interval := r.Config.HandOverRecordInterval
-	switch {
-	case interval < 0:
-		return 0
-	case interval == 0:
-		interval = DefaultHandOverRecordInterval
-	}
-	if before.Phase != farmv1.RigInUse || st.Phase != farmv1.RigInUse || before.CurrentRun == st.CurrentRun || before.CurrentRun == "" {
-		return 0
-	}
-	v, ok := r.written.Load(key)
-	if !ok {
-		return 0
-	}
-	// Nothing but the run may differ.
-	same := st.DeepCopy()
-	same.CurrentRun = before.CurrentRun
-	if !equality.Semantic.DeepEqual(before, same) {
-		return 0
-	}
-	return v.(time.Time).Add(interval).Sub(now)
 }

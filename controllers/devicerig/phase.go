@@ -10,7 +10,9 @@ import (
 	"github.com/clawfarm/clawfarm/internal/conditions"
 )
 
-func (r *Reconciler) phase(rig *farmv1.DeviceRig) farmv1.RigPhase {
+// phase is the rig's phase from its conditions, and InUse while holder
+// (the run its Lease names, "" for none) holds it.
+func (r *Reconciler) phase(rig *farmv1.DeviceRig, holder string) farmv1.RigPhase {
 	st := &rig.Status
 	switch {
 	case rig.Spec.Unschedulable:
@@ -24,7 +26,7 @@ func (r *Reconciler) phase(rig *farmv1.DeviceRig) farmv1.RigPhase {
 		!conditions.IsTrue(st.Conditions, farmv1.ConditionCalibrated),
 		st.Health == nil || !healthy(st.Health):
 		return farmv1.RigNotReady
-	case st.CurrentRun != "":
+	case holder != "":
 		return farmv1.RigInUse
 	}
 	return farmv1.RigReady
@@ -52,7 +54,7 @@ func readyReason(rig *farmv1.DeviceRig) string {
 	return farmv1.ReasonHealthNotReady
 }
 
-func readyMessage(rig *farmv1.DeviceRig) string {
+func readyMessage(rig *farmv1.DeviceRig, holder string) string {
 	st := &rig.Status
 	if rig.Spec.Unschedulable {
 		return "spec.unschedulable is true (maintenance)"
@@ -66,8 +68,8 @@ func readyMessage(rig *farmv1.DeviceRig) string {
 		return fmt.Sprintf("health: arm=%v camera=%v bridge=%v calibrated=%v origin_pinned=%v ready=%v",
 			h.Arm, h.Camera, h.Bridge, h.Calibrated, h.OriginPinned, h.Ready)
 	}
-	if st.CurrentRun != "" {
-		return "in use by run " + st.CurrentRun
+	if holder != "" {
+		return "in use by run " + holder
 	}
 	return "ready"
 }

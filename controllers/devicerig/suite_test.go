@@ -29,8 +29,7 @@ func TestMain(m *testing.M) {
 	}, func(mgr ctrl.Manager) error {
 		return (&devicerig.Reconciler{
 			Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("devicerig-controller"),
-			Config: devicerig.Config{ProbeInterval: 200 * time.Millisecond, ProbeTimeout: time.Second, MaxConcurrentReconciles: 4,
-				HandOverRecordInterval: time.Second},
+			Config: devicerig.Config{ProbeInterval: 200 * time.Millisecond, ProbeTimeout: time.Second, MaxConcurrentReconciles: 4},
 		}).SetupWithManager(mgr)
 	})
 	if err != nil {

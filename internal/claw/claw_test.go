@@ -836,19 +836,19 @@ func TestRigsCountsTheQueue(t *testing.T) {
 	ns := env.Namespace(t)
 	ctx := context.Background()
 	for _, r := range []struct {
-		name, phase, run string
-		labels           map[string]string
+		name, phase string
+		labels      map[string]string
 	}{
-		{"iphone-01", "InUse", "holder", map[string]string{"platform": "ios"}},
-		{"iphone-02", "Ready", "", map[string]string{"platform": "ios"}},
-		{"pixel-01", "Maintenance", "", map[string]string{"platform": "android"}},
+		{"iphone-01", "InUse", map[string]string{"platform": "ios"}},
+		{"iphone-02", "Ready", map[string]string{"platform": "ios"}},
+		{"pixel-01", "Maintenance", map[string]string{"platform": "android"}},
 	} {
 		rig := &farmv1.DeviceRig{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: r.name, Labels: r.labels},
 			Spec: farmv1.DeviceRigSpec{NodeName: "host-" + r.name, Endpoint: farmv1.RigEndpoint{URL: "http://" + r.name + ":8048/mcp"}}}
 		if err := env.Client.Create(ctx, rig); err != nil {
 			t.Fatal(err)
 		}
-		rig.Status.Phase, rig.Status.CurrentRun = farmv1.RigPhase(r.phase), r.run
+		rig.Status.Phase = farmv1.RigPhase(r.phase)
 		if err := env.Client.Status().Update(ctx, rig); err != nil {
 			t.Fatal(err)
 		}
@@ -869,7 +869,8 @@ func TestRigsCountsTheQueue(t *testing.T) {
 		}
 	}
 	mk("holder", "iphone-01", nil, farmv1.RunRunning, false)
-	operator(t, ns, "holder", func(st *farmv1.AgentRunStatus, _ int64) {
+	operator(t, ns, "holder", func(st *farmv1.AgentRunStatus, gen int64) {
+		running("iphone-01", 1)(st, gen)
 		st.Progress = &farmv1.RunProgress{Attempt: 1, Turn: 12}
 	})
 	mk("new", "iphone-01", nil, "", false)                    // just created: waits

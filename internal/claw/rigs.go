@@ -29,7 +29,7 @@ turn), and the runs waiting: QUEUE counts the runs that name the rig
 selector run that matches several rigs counts at each). A run waits while it
 is Pending or Queued, not cancelled and not being deleted — the operator's
 own rule (AgentRun.WaitsForRig in api/v1alpha1). RUN is the run whose
-RigLeased condition names the rig, else the rig's status.currentRun.
+RigLeased condition names the rig: the one its Lease names.
 
 -o wide adds the platform, the phone model and the MCP endpoint; -o json,
 yaml, name, jsonpath=… and go-template=… print the DeviceRigs themselves,
@@ -89,12 +89,7 @@ func RigRows(ctx context.Context, c client.Client, ns string, now time.Time) ([]
 	for i := range rigs.Items {
 		rig := &rigs.Items[i]
 		row := RigRow{Namespace: rig.Namespace, Name: rig.Name, Node: rig.Spec.NodeName, Phase: rig.Status.Phase,
-			Run: rig.Status.CurrentRun, Age: now.Sub(rig.CreationTimestamp.Time), Rig: rig}
-		// The rig's status.currentRun may lag a hand-over by up to the rig
-		// controller's batching interval; the run's own condition does not.
-		if h, ok := holder[rig.Namespace+"/"+rig.Name]; ok {
-			row.Run = h
-		}
+			Run: holder[rig.Namespace+"/"+rig.Name], Age: now.Sub(rig.CreationTimestamp.Time), Rig: rig}
 		if cur := byName[rig.Namespace+"/"+row.Run]; cur != nil {
 			row.MaxTurns = cur.Spec.Limits.MaxTurns
 			if pr := cur.Status.Progress; pr != nil {

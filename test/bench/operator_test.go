@@ -380,7 +380,7 @@ func TestBenchOperator(t *testing.T) {
 		var l farmv1.DeviceRigList
 		_ = hc.List(ctx, &l, client.InNamespace(ns))
 		for _, r := range l.Items {
-			if r.Status.CurrentRun != "" {
+			if r.Status.Phase != farmv1.RigReady {
 				return false
 			}
 		}

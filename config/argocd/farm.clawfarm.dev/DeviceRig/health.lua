@@ -82,7 +82,4 @@ if status == nil then
 end
 hs.status = status
 hs.message = say(phase)
-if phase == "InUse" and obj.status.currentRun ~= nil then
-  hs.message = hs.message .. "; in use by run " .. obj.status.currentRun
-end
 return hs
