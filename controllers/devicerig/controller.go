@@ -127,10 +127,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// is every session's rhythm, shown in the status and on the run's own
 	// events; a Lease passing from one run to the next changes nothing here.
 	// The probe's time goes in with any other change, and on its own only
-	// when the recorded one is older than ProbeRecordInterval.
+	// when the recorded one is older than ProbeRecordInterval. A change
+	// another event brings (a Lease taken or given back) records the last
+	// probe too, whose answer the status holds: rigs that all went InUse
+	// at once then do not all come due together an interval later.
 	next := lastProbe.Add(r.Config.ProbeInterval).Sub(r.Clock.Now()) // lastProbe is set: a probe is never due past this point
-	if probed && (!equality.Semantic.DeepEqual(before, st) || due(st.LastProbeTime, now, r.recordInterval())) {
+	changed := !equality.Semantic.DeepEqual(before, st)
+	switch {
+	case probed && (changed || due(st.LastProbeTime, now, r.recordInterval())):
 		t := metav1.NewTime(now)
+		st.LastProbeTime = &t
+	case changed && !lastProbe.IsZero() && (st.LastProbeTime == nil || lastProbe.After(st.LastProbeTime.Time.Add(time.Second))):
+		t := metav1.NewTime(lastProbe)
 		st.LastProbeTime = &t
 	}
 	if !equality.Semantic.DeepEqual(before, st) {

@@ -142,10 +142,17 @@ func TestHandOverWritesNothingOnTheRig(t *testing.T) {
 		}
 		runs = append(runs, run)
 	}
+	ready := env.WaitRig(t, ns, "rig", func(r *farmv1.DeviceRig) bool { return r.Status.Phase == farmv1.RigReady && r.Status.LastProbeTime != nil })
+	time.Sleep(2 * time.Second) // probes that find nothing new, and write nothing
 	if res, err := lease.Acquire(ctx, env.Client, "rig", lease.HolderOf(runs[0])); err != nil || !res.Acquired {
 		t.Fatalf("acquire: %+v %v", res, err)
 	}
 	inUse := env.WaitRig(t, ns, "rig", func(r *farmv1.DeviceRig) bool { return r.Status.Phase == farmv1.RigInUse })
+	// The write the Lease brought records the last probe, not the one of
+	// the Ready write: rigs taken together do not come due together.
+	if lpt := inUse.Status.LastProbeTime; lpt == nil || lpt.Sub(ready.Status.LastProbeTime.Time) < time.Second {
+		t.Fatalf("lastProbeTime %v after the InUse write, want the last probe's, past the Ready write's %v", lpt, ready.Status.LastProbeTime)
+	}
 	if ok, err := lease.HandOver(ctx, env.Client, "rig", lease.HolderOf(runs[0]), lease.HolderOf(runs[1])); err != nil || !ok {
 		t.Fatalf("hand over: %v %v", ok, err)
 	}
