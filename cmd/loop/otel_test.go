@@ -131,17 +131,7 @@ type jaeger struct {
 // traces of the query service sent anywhere).
 func startJaeger(t *testing.T) jaeger {
 	t.Helper()
-	bin := os.Getenv("CLAWFARM_JAEGER")
-	if bin == "" {
-		out, err := exec.Command("../../hack/build-jaeger.sh", "--print").Output()
-		if err != nil {
-			t.Fatalf("hack/build-jaeger.sh --print: %v", err)
-		}
-		bin = strings.TrimSpace(string(out))
-	}
-	if _, err := os.Stat(bin); err != nil {
-		testenv.Unavailable(t, "Jaeger is not built (%v): run hack/build-jaeger.sh, as `make test` does", err)
-	}
+	bin := testenv.BuiltTool(t, "CLAWFARM_JAEGER", "build-jaeger.sh", "Jaeger")
 	otlp, query, grpc := freeAddr(t), freeAddr(t), freeAddr(t)
 	cfg := fmt.Sprintf(`service:
   extensions: [jaeger_storage, jaeger_query]

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
-	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/util/yaml"
@@ -60,18 +59,7 @@ func helmBinary(t *testing.T) string {
 	if err := filepath.WalkDir(chartDir, func(string, fs.DirEntry, error) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
-	helm := os.Getenv("HELM")
-	if helm == "" {
-		out, err := exec.Command("../../hack/build-helm.sh", "--print").Output()
-		if err != nil {
-			t.Fatalf("hack/build-helm.sh --print: %v", err)
-		}
-		helm = strings.TrimSpace(string(out))
-	}
-	if _, err := os.Stat(helm); err != nil {
-		testenv.Unavailable(t, "helm is not built (%v): run hack/build-helm.sh, as `make test` does", err)
-	}
-	return helm
+	return testenv.BuiltTool(t, "HELM", "build-helm.sh", "helm")
 }
 
 func decodeAll(t *testing.T, b []byte) []object {

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -94,17 +93,7 @@ func TestFSStore(t *testing.T) {
 // a directory, with a bucket, and returns its config.
 func versityGateway(t *testing.T) S3Config {
 	t.Helper()
-	bin := os.Getenv("VERSITYGW")
-	if bin == "" {
-		out, err := exec.Command("../../hack/build-versitygw.sh", "--print").Output()
-		if err != nil {
-			t.Fatalf("hack/build-versitygw.sh --print: %v", err)
-		}
-		bin = strings.TrimSpace(string(out))
-	}
-	if _, err := os.Stat(bin); err != nil {
-		testenv.Unavailable(t, "the S3 gateway is not built (%v): run hack/build-versitygw.sh, as `make test` does", err)
-	}
+	bin := testenv.BuiltTool(t, "VERSITYGW", "build-versitygw.sh", "the S3 gateway")
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -362,4 +363,24 @@ func (e *Env) RunManager(opts ctrl.Options, setup func(ctrl.Manager) error) (sto
 		}
 	}()
 	return func() { cancel(); <-done }, nil
+}
+
+// BuiltTool is the path of a tool a hack/ script builds from its Go module:
+// $envVar when set (make test sets each), else what `script --print`
+// names, from a test two directories below the repository's root. A tool
+// that is not built makes the test Unavailable.
+func BuiltTool(t testing.TB, envVar, script, what string) string {
+	t.Helper()
+	bin := os.Getenv(envVar)
+	if bin == "" {
+		out, err := exec.Command("../../hack/"+script, "--print").Output()
+		if err != nil {
+			t.Fatalf("hack/%s --print: %v", script, err)
+		}
+		bin = strings.TrimSpace(string(out))
+	}
+	if _, err := os.Stat(bin); err != nil {
+		Unavailable(t, "%s is not built (%v): run hack/%s, as `make test` does", what, err, script)
+	}
+	return bin
 }
