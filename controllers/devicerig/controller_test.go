@@ -142,7 +142,9 @@ func TestHandOverWritesNothingOnTheRig(t *testing.T) {
 		}
 		runs = append(runs, run)
 	}
-	ready := env.WaitRig(t, ns, "rig", func(r *farmv1.DeviceRig) bool { return r.Status.Phase == farmv1.RigReady && r.Status.LastProbeTime != nil })
+	ready := env.WaitRig(t, ns, "rig", func(r *farmv1.DeviceRig) bool {
+		return r.Status.Phase == farmv1.RigReady && r.Status.LastProbeTime != nil
+	})
 	time.Sleep(2 * time.Second) // probes that find nothing new, and write nothing
 	if res, err := lease.Acquire(ctx, env.Client, "rig", lease.HolderOf(runs[0])); err != nil || !res.Acquired {
 		t.Fatalf("acquire: %+v %v", res, err)
