@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -132,7 +131,7 @@ type jaeger struct {
 func startJaeger(t *testing.T) jaeger {
 	t.Helper()
 	bin := testenv.BuiltTool(t, "CLAWFARM_JAEGER", "build-jaeger.sh", "Jaeger")
-	otlp, query, grpc := freeAddr(t), freeAddr(t), freeAddr(t)
+	otlp, query, grpc := testenv.FreeAddr(t), testenv.FreeAddr(t), testenv.FreeAddr(t)
 	cfg := fmt.Sprintf(`service:
   extensions: [jaeger_storage, jaeger_query]
   pipelines:
@@ -193,16 +192,6 @@ exporters:
 		time.Sleep(100 * time.Millisecond)
 	}
 	return j
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // Jaeger's query API (/api/traces/{id}), as much of it as the test reads.

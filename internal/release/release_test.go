@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -76,7 +75,7 @@ func TestRelease(t *testing.T) {
 	defer cancel()
 
 	dir := t.TempDir()
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	reg, err := devcluster.StartRegistry(ctx, os.Getenv(envRegistry), filepath.Join(dir, "registry"), addr, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -310,16 +309,6 @@ func statSources(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 func stderrOf(err error) string {

@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -330,16 +329,6 @@ func (p *process) exited() bool {
 func buildManager(t *testing.T) string {
 	t.Helper()
 	return gobuild.Build(t, "../../cmd/manager")
-}
-
-// freePort is a loopback port nothing listens on now.
-func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // scrape reads a Prometheus text endpoint into "name{labels}" → value.

@@ -127,7 +127,7 @@ func TestBenchScale(t *testing.T) {
 	// token with the generated ClusterRole, plain-HTTP metrics on loopback
 	// for the benchmark to read.
 	mcfg := managerConfig(ctx, t, cfg, hc)
-	metricsPort, pprofPort := freePort(t), freePort(t)
+	metricsPort, pprofPort := testenv.FreePort(t), testenv.FreePort(t)
 	mgr := start(t, managerBin, []string{
 		fmt.Sprintf("--pprof-bind-address=127.0.0.1:%d", pprofPort),
 		"--metrics-secure=false", fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", metricsPort),

@@ -53,7 +53,7 @@ type rigGate struct {
 // rigs with the given indexes, with bin as rignode's binary.
 func startGateway(t *testing.T, env *testenv.Env, dir, bin string, rigs []int) *rigGate {
 	t.Helper()
-	g := &rigGate{t: t, c: env.Client, url: "http://127.0.0.1:" + fmt.Sprint(freePort(t))}
+	g := &rigGate{t: t, c: env.Client, url: "http://127.0.0.1:" + fmt.Sprint(testenv.FreePort(t))}
 	g.backend = httptest.NewServer(g.rig(env.Health))
 	kcPath := kubeconfigFile(t, env, "chaos-rig-gateway", filepath.Join(dir, "rig-gateway.kubeconfig"))
 	args := []string{"gateway", "--kubeconfig", kcPath, "--listen", strings.TrimPrefix(g.url, "http://")}

@@ -3,7 +3,6 @@ package chaos
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -62,7 +61,7 @@ func startImages(t *testing.T, ctx context.Context, dir string) *loopImage {
 		testenv.Unavailable(t, "the kubelet host runs containerd and a kubelet, which need root")
 	}
 	tools := nodeTools(t)
-	img := &loopImage{bin: gobuild.Build(t, "./session", "CGO_ENABLED=0"), registry: "127.0.0.1:" + fmt.Sprint(freePort(t))}
+	img := &loopImage{bin: gobuild.Build(t, "./session", "CGO_ENABLED=0"), registry: "127.0.0.1:" + fmt.Sprint(testenv.FreePort(t))}
 	var err error
 	if img.proc, err = devcluster.StartRegistry(ctx, os.Getenv(envRegistry), filepath.Join(dir, "registry"), img.registry, nil); err != nil {
 		t.Fatal(err)
@@ -90,16 +89,6 @@ func nodeTools(t *testing.T) devcluster.NodeTools {
 	return tools
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // kubeletHost is the real node and its faults.
 type kubeletHost struct {
 	t       *testing.T
@@ -120,7 +109,7 @@ func startKubeletHost(t *testing.T, ctx context.Context, env *testenv.Env, dir s
 	kcPath := kubeconfigFile(t, env, "chaos-kubelet", filepath.Join(dir, "kubelet.kubeconfig"))
 	k := &kubeletHost{t: t, runtimeOf: map[string]string{}, rigsDir: filepath.Join(dir, "kubelet-rigs"), host: &devcluster.KubeletHost{
 		Name: kubeletNode, Dir: filepath.Join(dir, "nodes", kubeletNode), Kubeconfig: kcPath, Tools: nodeTools(t),
-		Pause: img.pause, Registry: img.registry, Port: freePort(t),
+		Pause: img.pause, Registry: img.registry, Port: testenv.FreePort(t),
 		Taint: farmv1.TaintRig + "=true:NoSchedule", Labels: "clawfarm.dev/chaos=kubelet", Client: env.Client,
 	}}
 	if err := k.host.Start(ctx); err != nil {

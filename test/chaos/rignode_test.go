@@ -51,7 +51,7 @@ func startRignode(t *testing.T, env *testenv.Env, dir string, img *loopImage) *a
 	kcPath := kubeconfigFile(t, env, "chaos-rignode", filepath.Join(dir, "rignode.kubeconfig"))
 	a := &agent{t: t, bin: bin, root: filepath.Join(dir, "rignode-root"), rigsDir: filepath.Join(dir, "rigs")}
 	a.args = []string{"--kubeconfig", kcPath, "--node-name", rignodeNode, "--node-ip", "127.0.0.1",
-		"--port", strconv.Itoa(freePort(t)), "--address", "127.0.0.1", "--anonymous-auth",
+		"--port", strconv.Itoa(testenv.FreePort(t)), "--address", "127.0.0.1", "--anonymous-auth",
 		"--image-map", img.repository() + "=" + img.bin, "--root-dir", a.root,
 		"--register-with-taints", farmv1.TaintRig + "=true:NoSchedule"}
 	a.start()

@@ -8,10 +8,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -383,4 +385,27 @@ func BuiltTool(t testing.TB, envVar, script, what string) string {
 		Unavailable(t, "%s is not built (%v): run hack/%s, as `make test` does", what, err, script)
 	}
 	return bin
+}
+
+// FreeAddr is a loopback address ("127.0.0.1:port") nothing listens on
+// now, for a server a test starts in a process of its own.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// FreePort is FreeAddr's port.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	_, port, _ := net.SplitHostPort(FreeAddr(t))
+	n, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
