@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"reflect"
 	"slices"
@@ -296,6 +297,14 @@ func TestChartHostNetworkAndAPIServer(t *testing.T) {
 		if env["KUBERNETES_SERVICE_HOST"] != "127.0.0.1" || env["KUBERNETES_SERVICE_PORT"] != "6443" || env["KUBERNETES_SERVICE_PORT_HTTPS"] != "6443" {
 			t.Errorf("%s: env %v, want the Service variables at 127.0.0.1:6443", name, env)
 		}
+	}
+	// The surge pod of a rolling update would want the old pod's host
+	// ports: on a host network the manager replaces its pods one at a time.
+	if s := dig(managerDeployment(t, objs), "spec", "strategy"); fmt.Sprint(s) != "map[rollingUpdate:map[maxSurge:0 maxUnavailable:1] type:RollingUpdate]" {
+		t.Errorf("manager on the host network: strategy %v, want a rolling update with maxSurge 0, maxUnavailable 1", s)
+	}
+	if s := dig(managerDeployment(t, renderChart(t)), "spec", "strategy"); s != nil {
+		t.Errorf("manager on the pod network: strategy %v, want the Deployment's default", s)
 	}
 	if f := chartManagerFlags(t, managerDeployment(t, objs)); *f.loopAPIServer != "127.0.0.1:6443" {
 		t.Errorf("--loop-api-server %q, want apiServer's 127.0.0.1:6443", *f.loopAPIServer)
