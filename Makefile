@@ -115,14 +115,17 @@ install-plugin: ## Install the kubectl plugin kubectl-claw into $(GOBIN) (else G
 ##@ Images
 
 PLATFORMS ?= linux/amd64,linux/arm64
+# Platforms of the kubectl-claw and rig-host archives of a release, and where it goes.
+BINARIES ?= linux/amd64,linux/arm64,darwin/amd64,darwin/arm64
+DIST ?= dist
 
 .PHONY: images
 images: ## Build the OCI images into bin/images and rignode's release binaries into bin/release; REGISTRY=host:port pushes them.
 	$(GO) run ./hack/images --platforms $(PLATFORMS) $(if $(REGISTRY),--push $(REGISTRY))
 
 .PHONY: release
-release: helm ## Build a release into dist/ (docs/release.md): images, chart, install.yaml, kustomize base, krew and rig-host archives, SBOMs, SHA256SUMS; VERSION=v0.3.0, REGISTRY=host:port pushes.
-	HELM="$$(hack/build-helm.sh --print)" $(GO) run ./hack/release --platforms $(PLATFORMS) \
+release: helm ## Build a release into $(DIST) (docs/release.md): images, chart, install.yaml, kustomize base, krew and rig-host archives, SBOMs, SHA256SUMS; VERSION=v0.3.0, REGISTRY=host:port pushes.
+	HELM="$$(hack/build-helm.sh --print)" $(GO) run ./hack/release --platforms $(PLATFORMS) --binaries $(BINARIES) --out $(DIST) \
 		$(if $(VERSION),--version $(VERSION)) $(if $(REGISTRY),--push $(REGISTRY))
 
 .PHONY: registry
@@ -265,6 +268,6 @@ demo: dev-tools ## The main job: dev cluster up, one sample AgentRun per sentine
 E2E_PARALLEL ?= 8
 
 .PHONY: e2e
-e2e: k8s node ## End-to-end suite on a fresh dev cluster of its own (real scheduler, CronJob controller, a kubelet node with containerd, the UI in headless Chromium).
+e2e: k8s node helm ## End-to-end suite on fresh dev clusters of its own (real scheduler, CronJob controller, a kubelet node with containerd, the UI in headless Chromium), then docs/install.md as written (test/install).
 	hack/install-chromium.sh >/dev/null
-	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh --print) $(GO) test -tags e2e -count=1 -v -parallel $(E2E_PARALLEL) -timeout 20m ./test/e2e/
+	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh --print) $(GO) test -tags e2e -count=1 -v -p 1 -parallel $(E2E_PARALLEL) -timeout 30m ./test/e2e/ ./test/install/

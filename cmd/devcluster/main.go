@@ -130,7 +130,7 @@ func newFlags(cmd string, o *options) *flag.FlagSet {
 	}
 	fs.IntVar(&o.rigs, "rigs", 5, "simulated rigs, registered as DeviceRigs rig-0 … rig-<N-1>")
 	fs.IntVar(&o.basePort, "base-port", devcluster.DefaultBasePort, fmt.Sprintf("first of the %d loopback ports the cluster uses", devcluster.PortCount))
-	fs.StringVar(&o.manager, "manager", string(devcluster.ManagerChart), "how the operator runs: chart (a pod from `helm template charts/clawfarm`) or host (a host process)")
+	fs.StringVar(&o.manager, "manager", string(devcluster.ManagerChart), "how the operator runs: chart (a pod from `helm template charts/clawfarm`), host (a host process) or none (no operator, rig gateway or DeviceRigs: install them yourself)")
 	fs.StringVar(&o.scenarios, "scenarios", "", "folder of extra modelsim scenarios (default <root>/config/demo/scenarios)")
 	fs.BoolVar(&o.build, "build", true, "go build the project's binaries into bin/ first")
 	fs.BoolVar(&o.attach, "attach", false, "stay in the foreground; Ctrl-C stops the cluster")
@@ -190,6 +190,10 @@ func demo(o options, dir string, logf func(string, ...any)) int {
 	p, err := devcluster.ProviderFromEnv()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "devcluster demo:", err)
+		return 2
+	}
+	if devcluster.Manager(o.manager) == devcluster.ManagerNone {
+		fmt.Fprintln(os.Stderr, "devcluster demo: --manager=none has no operator to run the demo's runs: use chart or host")
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -13,8 +13,9 @@ func TestRunRejectsBadCommandsAndReportsNoCluster(t *testing.T) {
 		{[]string{"start"}, 2},
 		{[]string{"up", "extra", "--dir", dir}, 2},
 		{[]string{"up", "--rigs", "0", "--manager", "docker", "--dir", dir, "--build=false"}, 1},
-		{[]string{"status", "--dir", dir}, 1}, // nothing runs there
-		{[]string{"down", "--dir", dir}, 0},   // stopping nothing is fine
+		{[]string{"demo", "--manager", "none", "--dir", dir, "--build=false"}, 2}, // no operator to run it
+		{[]string{"status", "--dir", dir}, 1},                                     // nothing runs there
+		{[]string{"down", "--dir", dir}, 0},                                       // stopping nothing is fine
 	} {
 		if got := run(tc.args); got != tc.want {
 			t.Errorf("devcluster %v: exit %d, want %d", tc.args, got, tc.want)

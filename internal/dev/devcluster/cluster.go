@@ -91,9 +91,9 @@ func Up(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		{"the registry and the images", c.startRegistry, false},
 		{"rignode (nodes " + strings.Join(nodeNames(cfg.nodes()), ", ") + ")", c.startNodes, false},
 		{"kubelet nodes " + strings.Join(nodeNames(cfg.kubeletNodes()), ", ") + " (containerd, runc)", c.startKubeletNodes, len(cfg.kubeletNodes()) == 0},
-		{"the operator (" + string(cfg.Manager) + ")", c.installOperator, false},
-		{"the rig gateway", c.startRigGateway, false},
-		{fmt.Sprintf("%d DeviceRigs", cfg.Rigs), c.registerRigs, false},
+		{"the operator (" + string(cfg.Manager) + ")", c.installOperator, cfg.Manager == ManagerNone},
+		{"the rig gateway", c.startRigGateway, cfg.Manager == ManagerNone},
+		{fmt.Sprintf("%d DeviceRigs", cfg.Rigs), c.registerRigs, cfg.Manager == ManagerNone},
 	}
 	for _, s := range steps {
 		if s.skip {
@@ -221,7 +221,7 @@ func (c *Cluster) ModelBaseURL() string {
 // GatewayURL is the base URL of rig i behind the rig gateway, which its
 // DeviceRig names (…/mcp; …/api/status, open to the manager's probes).
 func (c *Cluster) GatewayURL(i int) string {
-	return fmt.Sprintf("http://127.0.0.1:%d/rigs/%s/%s", c.Ports().RigGateway, RunNamespace, RigName(i))
+	return fmt.Sprintf("http://127.0.0.1:%d/rigs/%s/%s", c.Ports().RigGateway, c.Namespace, RigName(i))
 }
 
 // RigURL is the base URL of rig i on rigsim itself (…/mcp, …/api/status,
@@ -354,11 +354,11 @@ func (c *Cluster) startControllers(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// The service-account controller creating `default` in the run namespace
-	// is the sign that the controller-manager works.
+	// The service-account controller creating `default` in the default
+	// namespace is the sign that the controller-manager works.
 	if err := waitFor(ctx, "the default ServiceAccount", 90*time.Second, []*Proc{cm, sch}, func() error {
 		var sa corev1.ServiceAccount
-		return c.Client.Get(ctx, client.ObjectKey{Namespace: RunNamespace, Name: "default"}, &sa)
+		return c.Client.Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceDefault, Name: "default"}, &sa)
 	}); err != nil {
 		return err
 	}
@@ -397,6 +397,16 @@ func (c *Cluster) startSimulators(ctx context.Context) error {
 	})
 }
 
+// AddRigs starts the rig gateway and registers the DeviceRigs, once the
+// operator is installed (ManagerNone): the gateway's identity is bound to
+// the chart's ClusterRole, and only the manager finds a rig Ready.
+func (c *Cluster) AddRigs(ctx context.Context) error {
+	if err := c.startRigGateway(ctx); err != nil {
+		return fmt.Errorf("the rig gateway: %w", err)
+	}
+	return c.registerRigs(ctx)
+}
+
 // startRigGateway starts `rignode gateway` in front of rigsim's rigs, as
 // a rig host runs it in front of its phones (docs/rig-contract.md, "The rig
 // gateway"), with an identity bound to the chart's rig-gateway ClusterRole,
@@ -405,7 +415,7 @@ func (c *Cluster) startRigGateway(ctx context.Context) error {
 	args := []string{"gateway", "--kubeconfig=" + c.kubeconfigOf("rig-gateway"),
 		fmt.Sprintf("--listen=127.0.0.1:%d", c.Ports().RigGateway)}
 	for i := 0; i < c.Rigs; i++ {
-		args = append(args, fmt.Sprintf("--rig=%s/%s=%s", RunNamespace, RigName(i), c.RigURL(i)))
+		args = append(args, fmt.Sprintf("--rig=%s/%s=%s", c.Namespace, RigName(i), c.RigURL(i)))
 	}
 	gw, err := c.run("rig-gateway", c.bin("rignode"), args, nil)
 	if err != nil {
@@ -469,7 +479,7 @@ func (c *Cluster) registerRigs(ctx context.Context) error {
 	}
 	return waitFor(ctx, "every DeviceRig Ready", 2*time.Minute, c.procsNamed("manager", "rignode-"+SystemNode, "rigsim", "rig-gateway"), func() error {
 		var list farmv1.DeviceRigList
-		if err := c.Client.List(ctx, &list, client.InNamespace(RunNamespace)); err != nil {
+		if err := c.Client.List(ctx, &list, client.InNamespace(c.Namespace)); err != nil {
 			return err
 		}
 		ready := 0
@@ -488,7 +498,7 @@ func (c *Cluster) registerRigs(ctx context.Context) error {
 // DeviceRig is the DeviceRig for simulated rig i.
 func (c *Cluster) DeviceRig(i int) *farmv1.DeviceRig {
 	rig := &farmv1.DeviceRig{}
-	rig.Namespace, rig.Name = RunNamespace, RigName(i)
+	rig.Namespace, rig.Name = c.Namespace, RigName(i)
 	rig.Labels = map[string]string{"pool": "sim", "farm.clawfarm.dev/dev-cluster": "true"}
 	rig.Spec.NodeName = c.RigHost(i)
 	rig.Spec.Endpoint.URL = c.GatewayURL(i) + "/mcp"

@@ -48,7 +48,8 @@ const (
 	LabelDevNode = "farm.clawfarm.dev/dev-node"
 	// OperatorNamespace is where the chart installs the manager.
 	OperatorNamespace = "clawfarm-system"
-	// RunNamespace is where sample and test runs live.
+	// RunNamespace is where sample and test runs live unless
+	// Config.Namespace says otherwise.
 	RunNamespace = "default"
 	// ModelSecret holds the model key every dev run references.
 	ModelSecret = "model-key"
@@ -64,6 +65,10 @@ const (
 	// ManagerHost applies the CRDs and RBAC and runs the manager as a host
 	// process (a client-certificate user bound to the manager's ClusterRole).
 	ManagerHost Manager = "host"
+	// ManagerNone starts the cluster without the operator, its images, the
+	// rig gateway or the DeviceRigs: whoever installs the operator (the
+	// install-page test, with helm) calls AddRigs afterwards.
+	ManagerNone Manager = "none"
 )
 
 // Config is a dev cluster's shape.
@@ -78,6 +83,9 @@ type Config struct {
 	BasePort int
 	// Manager is how the operator runs (default ManagerChart).
 	Manager Manager
+	// Namespace holds the DeviceRigs, the model key and the runs (default
+	// RunNamespace). With ManagerNone it need not exist before AddRigs.
+	Namespace string
 	// Scenarios is the folder of extra modelsim scenarios (default config/demo/scenarios).
 	Scenarios string
 	// RigProbeInterval is the operator's rig health probe period (default 2s).
@@ -254,8 +262,11 @@ func (c *Config) defaults() error {
 	if c.Manager == "" {
 		c.Manager = ManagerChart
 	}
-	if c.Manager != ManagerChart && c.Manager != ManagerHost {
-		return fmt.Errorf("manager %q: want %q or %q", c.Manager, ManagerChart, ManagerHost)
+	if c.Manager != ManagerChart && c.Manager != ManagerHost && c.Manager != ManagerNone {
+		return fmt.Errorf("manager %q: want %q, %q or %q", c.Manager, ManagerChart, ManagerHost, ManagerNone)
+	}
+	if c.Namespace == "" {
+		c.Namespace = RunNamespace
 	}
 	if c.Scenarios == "" {
 		c.Scenarios = filepath.Join(c.Root, "config", "demo", "scenarios")

@@ -82,7 +82,7 @@ func (c *Cluster) Demo(ctx context.Context, out io.Writer, p Provider, timeout t
 		return err
 	}
 	for _, run := range runs {
-		run.Namespace = RunNamespace
+		run.Namespace = c.Namespace
 		if run.Labels == nil {
 			run.Labels = map[string]string{}
 		}
@@ -212,7 +212,7 @@ func (c *Cluster) watchRuns(ctx context.Context, out io.Writer, timeout time.Dur
 	lines := 0
 	for {
 		var list farmv1.AgentRunList
-		if err := c.Client.List(ctx, &list, client.InNamespace(RunNamespace)); err != nil {
+		if err := c.Client.List(ctx, &list, client.InNamespace(c.Namespace)); err != nil {
 			return err
 		}
 		table, done, note := RunTable(list.Items, time.Now())

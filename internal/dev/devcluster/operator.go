@@ -2,7 +2,6 @@ package devcluster
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,6 +13,7 @@ import (
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/internal/admission"
@@ -109,7 +109,7 @@ const ForeignImagePrefix = "example.com/clawfarm/"
 // refused and one on modelsim admitted (server-side dry runs).
 func (c *Cluster) waitAdmission(ctx context.Context) error {
 	var ns corev1.Namespace
-	if err := c.Client.Get(ctx, client.ObjectKey{Name: RunNamespace}, &ns); err != nil {
+	if err := c.Client.Get(ctx, client.ObjectKey{Name: c.Namespace}, &ns); err != nil {
 		return err
 	}
 	patch := client.MergeFrom(ns.DeepCopy())
@@ -118,7 +118,7 @@ func (c *Cluster) waitAdmission(ctx context.Context) error {
 		return err
 	}
 	run := func(name, baseURL string) *farmv1.AgentRun {
-		return &farmv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: RunNamespace, Name: name},
+		return &farmv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: name},
 			Spec: farmv1.AgentRunSpec{RigRef: &farmv1.RigReference{Name: "rig-0"}, Trigger: "admission check",
 				Model: farmv1.ModelSpec{Provider: "openai-compatible", Name: "sim/timer", BaseURL: baseURL}}}
 	}
@@ -138,68 +138,23 @@ func (c *Cluster) TraceServerURL() string {
 }
 
 // renderChart runs `helm template` on charts/clawfarm with the dev cluster's
-// values: the images in its registry, by digest, one replica, loopback ports, a
-// fast rig probe, runs in the default namespace.
+// values (ChartValues) and its images, by digest.
 func (c *Cluster) renderChart(ctx context.Context) (string, error) {
 	helm, err := c.hackTool(ctx, "build-helm.sh")
 	if err != nil {
 		return "", err
 	}
-	p := c.Ports()
+	values := filepath.Join(c.Dir, "values.yaml")
+	if err := c.WriteChartValues(values); err != nil {
+		return "", err
+	}
 	repo := func(name string) string { r, _, _ := strings.Cut(c.Image(name), "@"); return r }
 	digest := func(name string) string { _, d, _ := strings.Cut(c.Image(name), "@"); return d }
 	args := []string{"template", "clawfarm", filepath.Join(c.Root, "charts", "clawfarm"),
-		"--namespace", OperatorNamespace, "--include-crds",
+		"--namespace", OperatorNamespace, "--include-crds", "--values", values,
 		"--set", "image.manager.repository=" + repo("manager"), "--set", "image.manager.digest=" + digest("manager"),
 		"--set", "image.loop.repository=" + repo("loop"), "--set", "image.loop.digest=" + digest("loop"),
 		"--set", "image.server.repository=" + repo("clawfarm-server"), "--set", "image.server.digest=" + digest("clawfarm-server"),
-		// The trace server: on loopback like the manager, its traces in an
-		// emptyDir (a dev cluster's runs go with it).
-		"--set", "server.listenHost=127.0.0.1", "--set", fmt.Sprintf("server.port=%d", p.TraceServer),
-		"--set", "server.url=" + c.TraceServerURL(), "--set", "server.persistence.enabled=false",
-		"--set", "manager.replicas=1",
-		"--set", fmt.Sprintf("metrics.port=%d", p.ManagerMetrics),
-		"--set", fmt.Sprintf("manager.probePort=%d", p.ManagerProbes),
-		// rignode pods share the host's network: listen on loopback only.
-		"--set", "manager.listenHost=127.0.0.1",
-		"--set", "manager.rigProbeInterval=" + c.RigProbeInterval.String(),
-		"--set", "runs.namespaces={" + RunNamespace + "}",
-		"--set", "runs.podStartupTimeout=2m",
-		// No kube-proxy: the operator's host-network pods on kubelet nodes
-		// reach the API server where it listens.
-		"--set", fmt.Sprintf("apiServer=127.0.0.1:%d", p.APIServer),
-		"--set", "runs.nodeLostGrace=2m",
-	}
-	// The admission policies (docs/security.md), told what a dev cluster is
-	// made of: modelsim on a loopback URL (and a real provider's, when one
-	// is configured), rigs' state under the cluster's directory, the
-	// registry's images and the foreign one the e2e suite shows a node
-	// refusing (RunNamespace is labelled for custom loop pods).
-	urls := []string{c.ModelBaseURL()}
-	if p, err := ProviderFromEnv(); err == nil && p.BaseURL != "" {
-		urls = append(urls, p.BaseURL)
-	}
-	setJSON := func(key string, v any) {
-		b, _ := json.Marshal(v)
-		args = append(args, "--set-json", key+"="+string(b))
-	}
-	setJSON("admission.model.baseURLPrefixes", urls)
-	setJSON("admission.pods.imagePrefixes", []string{c.RegistryHost() + "/", ForeignImagePrefix})
-	setJSON("admission.rigs.hostPathPrefix", filepath.Join(c.Dir, "rigs")+"/")
-	// The rig gateway runs as a user of its own, bound to the chart's
-	// rig-gateway ClusterRole and nothing more.
-	args = append(args, "--set", "rigGateway.rbac.create=true")
-	setJSON("rigGateway.rbac.subjects", []map[string]string{{"kind": "User", "name": RigGatewayUser}})
-	// On KubeletSystemNode the manager and the trace server are containers
-	// in the node's network namespace: there is no pod network here that
-	// reaches the host's loopback, where the API server, the rigs and
-	// modelsim listen (docs/dev-cluster.md, "The kubelet nodes").
-	if c.KubeletSystem {
-		for _, part := range []string{"manager", "server"} {
-			args = append(args, "--set", part+".hostNetwork=true")
-			setJSON(part+".nodeSelector", map[string]string{LabelDevNode: devNodeKubeletSystem})
-			setJSON(part+".tolerations", []corev1.Toleration{{Key: TaintOperator, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}})
-		}
 	}
 	cmd := exec.CommandContext(ctx, helm, args...)
 	var stderr strings.Builder
@@ -209,6 +164,84 @@ func (c *Cluster) renderChart(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("helm template: %w: %s", err, stderr.String())
 	}
 	return string(out), nil
+}
+
+// ChartValues are the chart values a dev cluster needs, images aside: one
+// replica, loopback ports, a fast rig probe, runs in c.Namespace, the API
+// server where it listens, the admission policies told what the cluster is
+// made of, and (KubeletSystem) the manager and the trace server on
+// KubeletSystemNode.
+func (c *Cluster) ChartValues() map[string]any {
+	p := c.Ports()
+	v := map[string]any{}
+	set := func(key string, val any) {
+		m := v
+		parts := strings.Split(key, ".")
+		for _, k := range parts[:len(parts)-1] {
+			sub, ok := m[k].(map[string]any)
+			if !ok {
+				sub = map[string]any{}
+				m[k] = sub
+			}
+			m = sub
+		}
+		m[parts[len(parts)-1]] = val
+	}
+	// The trace server: on loopback like the manager, its traces in an
+	// emptyDir (a dev cluster's runs go with it).
+	set("server.listenHost", "127.0.0.1")
+	set("server.port", p.TraceServer)
+	set("server.url", c.TraceServerURL())
+	set("server.persistence.enabled", false)
+	set("manager.replicas", 1)
+	set("metrics.port", p.ManagerMetrics)
+	set("manager.probePort", p.ManagerProbes)
+	// rignode pods share the host's network: listen on loopback only.
+	set("manager.listenHost", "127.0.0.1")
+	set("manager.rigProbeInterval", c.RigProbeInterval.String())
+	set("runs.namespaces", []string{c.Namespace})
+	set("runs.podStartupTimeout", "2m")
+	set("runs.nodeLostGrace", "2m")
+	// No kube-proxy: the operator's host-network pods on kubelet nodes
+	// reach the API server where it listens.
+	set("apiServer", fmt.Sprintf("127.0.0.1:%d", p.APIServer))
+	// The admission policies (docs/security.md): modelsim on a loopback URL
+	// (and a real provider's, when one is configured), rigs' state under
+	// the cluster's directory, the registry's images and the foreign one
+	// the e2e suite shows a node refusing (the run namespace is labelled
+	// for custom loop pods).
+	urls := []string{c.ModelBaseURL()}
+	if p, err := ProviderFromEnv(); err == nil && p.BaseURL != "" {
+		urls = append(urls, p.BaseURL)
+	}
+	set("admission.model.baseURLPrefixes", urls)
+	set("admission.pods.imagePrefixes", []string{c.RegistryHost() + "/", ForeignImagePrefix})
+	set("admission.rigs.hostPathPrefix", filepath.Join(c.Dir, "rigs")+"/")
+	// The rig gateway runs as a user of its own, bound to the chart's
+	// rig-gateway ClusterRole and nothing more.
+	set("rigGateway.rbac.create", true)
+	set("rigGateway.rbac.subjects", []map[string]string{{"kind": "User", "name": RigGatewayUser}})
+	// On KubeletSystemNode the manager and the trace server are containers
+	// in the node's network namespace: there is no pod network here that
+	// reaches the host's loopback, where the API server, the rigs and
+	// modelsim listen (docs/dev-cluster.md, "The kubelet nodes").
+	if c.KubeletSystem {
+		for _, part := range []string{"manager", "server"} {
+			set(part+".hostNetwork", true)
+			set(part+".nodeSelector", map[string]string{LabelDevNode: devNodeKubeletSystem})
+			set(part+".tolerations", []corev1.Toleration{{Key: TaintOperator, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}})
+		}
+	}
+	return v
+}
+
+// WriteChartValues writes ChartValues as a values file for helm --values.
+func (c *Cluster) WriteChartValues(path string) error {
+	b, err := yaml.Marshal(c.ChartValues())
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
 }
 
 func splitYAML(s string) []string {
@@ -241,7 +274,7 @@ func (c *Cluster) ensureModelSecret(ctx context.Context) error {
 		key = "modelsim-needs-no-key"
 	}
 	s := &corev1.Secret{}
-	s.Namespace, s.Name = RunNamespace, ModelSecret
+	s.Namespace, s.Name = c.Namespace, ModelSecret
 	// Only a Secret labelled as a model key may be one (docs/security.md).
 	s.Labels = map[string]string{admission.LabelModelKey: "true"}
 	s.StringData = map[string]string{"api-key": key}
@@ -256,7 +289,7 @@ func (c *Cluster) managerArgs() []string {
 		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", p.ManagerProbes),
 		"--loop-image=" + c.Image("loop"), "--manager-image=" + c.Image("manager"),
 		"--loop-service-account=clawfarm-loop", "--followup-service-account=clawfarm-followup",
-		"--watch-namespaces=" + RunNamespace,
+		"--watch-namespaces=" + c.Namespace,
 		"--rig-probe-interval=" + c.RigProbeInterval.String(),
 		"--pod-startup-timeout=2m", "--node-lost-grace=2m",
 		"--trace-url=" + c.TraceServerURL(),

@@ -48,6 +48,12 @@ func (c *Cluster) startRegistry(ctx context.Context) error {
 	if _, err := StartRegistry(ctx, bin, c.Dir, c.RegistryHost(), c.run); err != nil {
 		return err
 	}
+	if c.Manager == ManagerNone {
+		c.mu.Lock()
+		c.images = map[string]string{}
+		c.mu.Unlock()
+		return nil // whoever installs the operator pushes its images
+	}
 
 	t := time.Now()
 	built, err := images.Build(ctx, images.Options{
