@@ -135,7 +135,9 @@ func newPage(t *testing.T) *page {
 	p.rewrites = []*rewrite{
 		{what: "registry.example.com is the dev cluster's registry",
 			applies: func(cmd string) bool { return strings.Contains(cmd, "registry.example.com") },
-			apply:   func(cmd string) string { return strings.ReplaceAll(cmd, "registry.example.com", cluster.RegistryHost()) }},
+			apply: func(cmd string) string {
+				return strings.ReplaceAll(cmd, "registry.example.com", cluster.RegistryHost())
+			}},
 		{what: "make release builds for this machine only, into the test's directory",
 			applies: startsWith("make release "),
 			apply: func(cmd string) string {
@@ -145,8 +147,10 @@ func newPage(t *testing.T) *page {
 			applies: func(cmd string) bool { return strings.HasPrefix(cmd, "helm ") && strings.Contains(cmd, "oci://") },
 			apply:   func(cmd string) string { return cmd + " --plain-http" }},
 		{what: "helm install and upgrade get the dev cluster's values",
-			applies: func(cmd string) bool { return strings.HasPrefix(cmd, "helm install ") || strings.HasPrefix(cmd, "helm upgrade ") },
-			apply:   func(cmd string) string { return cmd + " --values " + values }},
+			applies: func(cmd string) bool {
+				return strings.HasPrefix(cmd, "helm install ") || strings.HasPrefix(cmd, "helm upgrade ")
+			},
+			apply: func(cmd string) string { return cmd + " --values " + values }},
 		{what: "the sample run, edited as step 4 says, for a simulated rig and the scripted model",
 			applies: func(cmd string) bool { return strings.Contains(cmd, "config/samples/farm_v1alpha1_agentrun.yaml") },
 			apply: func(cmd string) string {
@@ -154,7 +158,9 @@ func newPage(t *testing.T) *page {
 			}},
 		{what: "the upgrade's chart is pulled into the test's directory",
 			applies: func(cmd string) bool { return strings.Contains(cmd, "/tmp/clawfarm-0.4.0") },
-			apply:   func(cmd string) string { return strings.ReplaceAll(cmd, "/tmp/clawfarm-0.4.0", filepath.Join(work, "clawfarm-0.4.0")) }},
+			apply: func(cmd string) string {
+				return strings.ReplaceAll(cmd, "/tmp/clawfarm-0.4.0", filepath.Join(work, "clawfarm-0.4.0"))
+			}},
 	}
 	return p
 }
