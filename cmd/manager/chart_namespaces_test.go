@@ -10,6 +10,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
@@ -112,6 +113,17 @@ func TestCacheOptions(t *testing.T) {
 	}
 	if len(o.ByObject) != 3 {
 		t.Errorf("%d selected kinds, want pods, Leases and CronJobs", len(o.ByObject))
+	}
+	// Nothing reads managedFields: the cache keeps none, so its deep copies
+	// do not copy them.
+	l := &coordinationv1.Lease{}
+	l.Name, l.ManagedFields = "rig", []metav1.ManagedFieldsEntry{{Manager: "clawfarm-manager", Operation: metav1.ManagedFieldsOperationUpdate}}
+	if o.DefaultTransform == nil {
+		t.Fatal("no DefaultTransform: the cache keeps every object's managedFields")
+	}
+	got, err := o.DefaultTransform(l)
+	if err != nil || got.(*coordinationv1.Lease).ManagedFields != nil || got.(*coordinationv1.Lease).Name != "rig" {
+		t.Errorf("the cache's transform of a Lease: %+v, %v; want it without managedFields, its name kept", got, err)
 	}
 	if err := newManagerFlags().parse([]string{"--watch-namespaces=Team_A"}); err == nil || !strings.Contains(err.Error(), "not a namespace name") {
 		t.Errorf("a bad namespace: %v", err)
