@@ -2,6 +2,8 @@ package agentrun
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 )
@@ -163,5 +166,38 @@ func TestHeldRigsReadsTheNotedLease(t *testing.T) {
 	}
 	if _, ok := r.notes.heldNote(s0, r.now()); ok {
 		t.Fatal("the note outlived the cache showing the Lease")
+	}
+}
+
+// A finished run is noted done with rigs before its Lease passes on: a
+// worker whose cache shows the Lease's new holder, and the run still
+// waiting, hands it nothing more (bench-scale saw such runs handed a
+// second rig, held idle until their next reconcile gave it back).
+func TestReleaseNotesDoneWithRigsBeforeTheLeaseMoves(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h1, s0 := poolRun("h1", -1, ""), poolRun("s0", 0, "")
+	h1.Status.Phase = farmv1.RunSucceeded
+	r := newQueueReconciler(t, poolRig("a"), leaseFor("a", h1), h1, s0)
+	var atWrite []string
+	r.Client = interceptor.NewClient(r.Client.(client.WithWatch), interceptor.Funcs{
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			if _, ok := obj.(*coordinationv1.Lease); ok {
+				rig, noted := r.notes.heldNote(h1, r.now())
+				atWrite = append(atWrite, fmt.Sprintf("%s noted=%v rig=%q", obj.GetName(), noted, rig))
+			}
+			return c.Update(ctx, obj, opts...)
+		}})
+	r.APIReader = r.Client
+	released, err := r.releaseRig(ctx, h1, world{now: r.now(), held: "a"})
+	if err != nil || !released {
+		t.Fatalf("releaseRig = %v, %v; want released", released, err)
+	}
+	if want := []string{`a noted=true rig=""`}; !slices.Equal(atWrite, want) {
+		t.Fatalf("at the Lease's write: %v, want %v (h1 noted done with rigs before the hand-over)", atWrite, want)
+	}
+	var l coordinationv1.Lease
+	if err := r.Get(ctx, client.ObjectKey{Namespace: "farm", Name: "a"}, &l); err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != string(s0.UID) {
+		t.Fatalf("rig a's Lease after the release: %+v (%v), want it handed to s0", l.Spec, err)
 	}
 }

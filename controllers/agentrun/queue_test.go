@@ -9,6 +9,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -162,6 +163,9 @@ func newQueueReconciler(t *testing.T, objs ...client.Object) *Reconciler {
 		t.Fatal(err)
 	}
 	if err := coordinationv1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := corev1.AddToScheme(s); err != nil { // a release reads the run's pods
 		t.Fatal(err)
 	}
 	r := &Reconciler{}

@@ -323,6 +323,15 @@ func (r *Reconciler) releaseRig(ctx context.Context, run *farmv1.AgentRun, w wor
 			return false, nil
 		}
 	}
+	done := run.Status.Phase.Finished() || run.Status.Phase == farmv1.RunWaiting
+	if done {
+		// Noted before the Lease's write, as notes.hold is: a worker whose
+		// cache already shows the rig's next holder but still shows this
+		// run waiting (its finished status not written or not seen yet)
+		// would hand it another rig, which it would hold, idle, until its
+		// next reconcile gave that one back too.
+		r.notes.doneWithRigs(run, w.now)
+	}
 	msg := fmt.Sprintf("rig %s released", w.held)
 	next, err := r.handTo(ctx, run, w)
 	if err != nil {
@@ -351,9 +360,7 @@ func (r *Reconciler) releaseRig(ctx context.Context, run *farmv1.AgentRun, w wor
 			return false, err
 		}
 	}
-	if p := run.Status.Phase; p.Finished() || p == farmv1.RunWaiting {
-		r.notes.doneWithRigs(run, w.now)
-	} else {
+	if !done {
 		r.notes.unhold(run, w.held)
 	}
 	// The session's model-account slot goes with the rig, read from the API
