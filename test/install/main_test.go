@@ -15,15 +15,8 @@ package install
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/signal"
-	"path/filepath"
-	"strconv"
-	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/clawfarm/clawfarm/internal/dev/devcluster"
 )
@@ -35,71 +28,16 @@ const runNamespace = "farm"
 // installs it.
 var cluster *devcluster.Cluster
 
-func TestMain(m *testing.M) { os.Exit(run(m)) }
-
-func run(m *testing.M) int {
-	root, err := devcluster.FindRoot()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "install:", err)
-		return 1
-	}
-	base := 27600
-	if s := os.Getenv("INSTALL_BASE_PORT"); s != "" {
-		if base, err = strconv.Atoi(s); err != nil {
-			fmt.Fprintf(os.Stderr, "install: INSTALL_BASE_PORT=%q: %v\n", s, err)
-			return 2
-		}
-	}
-	dir := filepath.Join(root, ".e2e-install")
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	begin := time.Now()
-	cluster, err = devcluster.Up(ctx, devcluster.Config{
-		Root: root, Dir: dir, Rigs: 2, BasePort: base, Manager: devcluster.ManagerNone,
-		Namespace: runNamespace, Build: os.Getenv("E2E_BUILD") != "0", K8sDir: os.Getenv("KUBEBUILDER_ASSETS"),
-		// The manager and the trace server run as containers pulled from
-		// the registry by a real kubelet, as on a farm's own nodes.
-		KubeletSystem: true,
-	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "install: dev cluster:", err)
-		return 1
-	}
-	fmt.Fprintf(os.Stderr, "install: dev cluster up in %.0fs (%s)\n", time.Since(begin).Seconds(), dir)
-	done := make(chan int, 1)
-	go func() { done <- m.Run() }()
-	var code int
-	select {
-	case code = <-done:
-	case <-ctx.Done():
-		fmt.Fprintln(os.Stderr, "install: interrupted; stopping the dev cluster")
-		code = 1
-	}
-	if code != 0 {
-		dump()
-	}
-	if os.Getenv("E2E_KEEP") == "1" {
-		fmt.Fprintf(os.Stderr, "install: leaving the cluster up: export KUBECONFIG=%s; stop it with go run ./cmd/devcluster down --dir %s\n", cluster.Kubeconfig, dir)
-		return code
-	}
-	cluster.Down()
-	if left := devcluster.KubeletLeftovers(dir); len(left) > 0 {
-		fmt.Fprintf(os.Stderr, "--- FAIL: the stopped kubelet nodes left %s\n", strings.Join(left, "; "))
-		return 1
-	}
-	return code
-}
-
-// dump prints what a failure needs: what is installed, the runs, pods and events.
-func dump() {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for _, args := range [][]string{
-		{"get", "crd,ar,rig,pods,deploy", "-A", "-o", "wide"},
-		{"get", "events", "-A", "--sort-by=.lastTimestamp"},
-	} {
-		out, err := cluster.Kubectl(ctx, nil, args...)
-		fmt.Fprintf(os.Stderr, "---- kubectl %v\n%s%v\n", args, out, err)
-	}
-	fmt.Fprintf(os.Stderr, "---- component logs: %s/logs/\n", cluster.Dir)
+func TestMain(m *testing.M) {
+	os.Exit(devcluster.Suite{
+		Name: "install", Dir: ".e2e-install", PortEnv: "INSTALL_BASE_PORT", BasePort: 27600,
+		Config: devcluster.Config{
+			Rigs: 2, Manager: devcluster.ManagerNone, Namespace: runNamespace,
+			// The manager and the trace server run as containers pulled from
+			// the registry by a real kubelet, as on a farm's own nodes.
+			KubeletSystem: true,
+		},
+		Started:   func(_ context.Context, c *devcluster.Cluster) { cluster = c },
+		DumpKinds: "crd,ar,rig,pods,deploy",
+	}.Run(m))
 }
