@@ -270,4 +270,5 @@ E2E_PARALLEL ?= 8
 .PHONY: e2e
 e2e: k8s node helm ## End-to-end suite on fresh dev clusters of its own (real scheduler, CronJob controller, a kubelet node with containerd, the UI in headless Chromium), then docs/install.md as written (test/install).
 	hack/install-chromium.sh >/dev/null
-	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh --print) $(GO) test -tags e2e -count=1 -v -p 1 -parallel $(E2E_PARALLEL) -timeout 30m ./test/e2e/ ./test/install/
+	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh --print) HELM="$$(hack/build-helm.sh --print)" CLAWFARM_TEST_STRICT=1 \
+		$(GO) test -tags e2e -count=1 -v -p 1 -parallel $(E2E_PARALLEL) -timeout 30m ./test/e2e/ ./test/install/

@@ -72,24 +72,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// syncBuffer is a bytes.Buffer that the command and the test share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // fakeLogs serves pod logs from memory and records which pods were asked for.
 type fakeLogs struct {
 	mu    sync.Mutex
@@ -110,14 +92,14 @@ func (f *fakeLogs) Stream(_ context.Context, ns, pod string, _ bool) (io.ReadClo
 
 // cli is one invocation of kubectl claw.
 type cli struct {
-	out, errOut *syncBuffer
+	out, errOut *testenv.SyncBuffer
 	code        int
 	took        time.Duration
 }
 
 func claw(t *testing.T, ns string, stdin io.Reader, logs LogSource, args ...string) *cli {
 	t.Helper()
-	c := &cli{out: &syncBuffer{}, errOut: &syncBuffer{}}
+	c := &cli{out: &testenv.SyncBuffer{}, errOut: &testenv.SyncBuffer{}}
 	if stdin == nil {
 		stdin = strings.NewReader("")
 	}
@@ -134,7 +116,7 @@ func claw(t *testing.T, ns string, stdin io.Reader, logs LogSource, args ...stri
 // clawAsync starts kubectl claw and returns at once; wait for it with done.
 func clawAsync(t *testing.T, ns string, logs LogSource, args ...string) (*cli, <-chan struct{}) {
 	t.Helper()
-	c := &cli{out: &syncBuffer{}, errOut: &syncBuffer{}}
+	c := &cli{out: &testenv.SyncBuffer{}, errOut: &testenv.SyncBuffer{}}
 	done := make(chan struct{})
 	tty := false
 	o := &Options{Logs: logs, TTY: &tty}
@@ -663,7 +645,7 @@ func TestWaitTimeout(t *testing.T) {
 	}
 
 	// On a terminal the bar shows turn of maxTurns (300 by default).
-	var out, errOut syncBuffer
+	var out, errOut testenv.SyncBuffer
 	tty := true
 	o := &Options{TTY: &tty}
 	o.Streams.In, o.Streams.Out, o.Streams.ErrOut = strings.NewReader(""), &out, &errOut

@@ -22,6 +22,7 @@ import (
 	certutil "k8s.io/client-go/util/cert"
 
 	"github.com/clawfarm/clawfarm/internal/rignode"
+	"github.com/clawfarm/clawfarm/internal/testing/testenv"
 )
 
 // The port-forward path, end to end: the trace server's Service selects a
@@ -229,9 +230,9 @@ func TestTraceAndUIThroughAPortForwardToTheServersPod(t *testing.T) {
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
-	out := &syncBuffer{}
+	out := &testenv.SyncBuffer{}
 	o := &Options{}
-	o.Streams.In, o.Streams.Out, o.Streams.ErrOut = strings.NewReader(""), out, &syncBuffer{}
+	o.Streams.In, o.Streams.Out, o.Streams.ErrOut = strings.NewReader(""), out, &testenv.SyncBuffer{}
 	done := make(chan int)
 	go func() {
 		done <- o.Execute(ctx, []string{"--kubeconfig", kc, "-n", ns, "ui", "--no-open", "--server-namespace", system})

@@ -27,6 +27,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/internal/testing/testenv"
 	"github.com/clawfarm/clawfarm/internal/trace"
 )
 
@@ -285,7 +286,7 @@ func TestTraceSavesTheHTMLWithTheScreenInlinedAndTheZip(t *testing.T) {
 	html, zip := filepath.Join(dir, "run.html"), filepath.Join(dir, "a1.zip")
 
 	var opened []string
-	c := &cli{out: &syncBuffer{}, errOut: &syncBuffer{}}
+	c := &cli{out: &testenv.SyncBuffer{}, errOut: &testenv.SyncBuffer{}}
 	o := &Options{Browser: func(target string) error { opened = append(opened, target); return nil }}
 	o.Streams.In, o.Streams.Out, o.Streams.ErrOut = strings.NewReader(""), c.out, c.errOut
 	c.code = o.Execute(context.Background(), []string{"--kubeconfig", kc, "-n", ns, "trace", "demo-timer",
@@ -343,7 +344,7 @@ func TestUIProxiesPagesAndLiveEventsWithTheUsersToken(t *testing.T) {
 	kc := viewerKubeconfig(t, ns)
 
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &cli{out: &syncBuffer{}, errOut: &syncBuffer{}}
+	c := &cli{out: &testenv.SyncBuffer{}, errOut: &testenv.SyncBuffer{}}
 	o := &Options{Browser: func(string) error { t.Error("--no-open opened a browser"); return nil }}
 	o.Streams.In, o.Streams.Out, o.Streams.ErrOut = strings.NewReader(""), c.out, c.errOut
 	done := make(chan struct{})

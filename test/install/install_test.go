@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,6 +23,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/internal/testing/testenv"
 	"github.com/clawfarm/clawfarm/internal/trace"
 )
 
@@ -105,7 +105,7 @@ func newPage(t *testing.T) *page {
 		t.Fatal(err)
 	}
 	work := t.TempDir()
-	helm := tool(t, root, "build-helm.sh")
+	helm := testenv.BuiltTool(t, "HELM", "build-helm.sh", "helm")
 	values := filepath.Join(work, "dev-cluster-values.yaml")
 	if err := cluster.WriteChartValues(values); err != nil {
 		t.Fatal(err)
@@ -163,19 +163,6 @@ func newPage(t *testing.T) *page {
 			}},
 	}
 	return p
-}
-
-// tool runs one of hack/'s build scripts (it builds its tool once) and
-// returns the path it prints.
-func tool(t *testing.T, root, script string) string {
-	t.Helper()
-	cmd := exec.Command(filepath.Join(root, "hack", script))
-	cmd.Dir, cmd.Stderr = root, os.Stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("hack/%s: %v", script, err)
-	}
-	return strings.TrimSpace(string(out))
 }
 
 // editedSample is config/samples/farm_v1alpha1_agentrun.yaml with the edits
@@ -290,7 +277,7 @@ func (p *page) runCommand(ctx context.Context, section, cmd string) {
 	defer cancel()
 	c := exec.CommandContext(cctx, "bash", "-euo", "pipefail", "-c", run)
 	c.Dir, c.Env = p.root, p.env
-	var out syncBuffer
+	var out testenv.SyncBuffer
 	c.Stdout, c.Stderr = &out, &out
 	begin := time.Now()
 	if err := c.Start(); err != nil {
@@ -462,22 +449,4 @@ func indent(s string) string {
 		return "    (no output)"
 	}
 	return "    " + strings.ReplaceAll(s, "\n", "\n    ")
-}
-
-// syncBuffer is an output both of a command's streams write to.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

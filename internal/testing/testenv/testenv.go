@@ -409,3 +409,22 @@ func FreePort(t testing.TB) int {
 	}
 	return n
 }
+
+// SyncBuffer is an output several goroutines write to at once (a command's
+// stdout and stderr, a logger) while the test reads it.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
