@@ -31,6 +31,7 @@ import (
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/controllers/agentrun"
 	"github.com/clawfarm/clawfarm/controllers/devicerig"
+	"github.com/clawfarm/clawfarm/controllers/toolpolicy"
 	"github.com/clawfarm/clawfarm/internal/attempt"
 	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/followup"
@@ -224,7 +225,11 @@ func TestBenchOperator(t *testing.T) {
 	mcfg := managerConfig(ctx, t, cfg, hc)
 	mcfg.QPS = -1 // as cmd/manager runs (ctrl.GetConfig): no client-side limit, the API server's fairness decides
 	mcfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { counter.next = rt; return counter }
-	mgr, err := ctrl.NewManager(mcfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	// The manager's controllers and cache as cmd/manager sets them up: a
+	// controller missing here would leave its informer to start on the
+	// first run's reconcile, inside the timed window.
+	mgr, err := ctrl.NewManager(mcfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"},
+		Cache: agentrun.CacheOptions(nil, nil)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,6 +240,9 @@ func TestBenchOperator(t *testing.T) {
 	}
 	if err := (&devicerig.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("devicerig"),
 		Config: devicerig.Config{ProbeInterval: 30 * time.Second, ProbeTimeout: 2 * time.Second, MaxConcurrentReconciles: 8}}).SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	if err := (&toolpolicy.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
 	go func() { _ = mgr.Start(ctx) }()
