@@ -115,6 +115,11 @@ func (r *Reconciler) record(ctx context.Context, run *farmv1.AgentRun, w world, 
 		}
 		run.Status.Progress.Steered = max(run.Status.Progress.Steered, int32(m.Steered))
 	}
+	if run.Status.Rig == "" {
+		// The pod ended before a status recorded its start (startRecordDelay,
+		// or a busy manager): the pod says which rig it ran on.
+		run.Status.Rig = pod.Labels[farmv1.LabelRig]
+	}
 	v := attempt.Apply(run, rec, o)
 	if c := w.stop; o.Class == farmv1.OutcomeCancelled && c != nil && c.phase != farmv1.RunCancelled {
 		// The attempt was stopped for the run's deadline, not by spec.cancel:
