@@ -12,6 +12,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/internal/lease"
 )
 
 // urgentPriority is the work-queue priority of the reconciles that move a
@@ -80,6 +83,35 @@ func (u urgentQueue) AddWithOpts(o priorityqueue.AddOpts, items ...reconcile.Req
 
 // created picks an object's creation (a new run).
 func created(old, new client.Object) bool { return old == nil && new != nil }
+
+// createdToStart picks a new run that may start now: not one that names a
+// rig whose Lease another run holds, or that an older run waits for. That
+// run waits its turn whatever its first reconcile does (it finds it waiting),
+// so in a burst of new runs the ones that can start a phone go first. The
+// cache decides, so a lagging one only costs the order, never a run.
+func (r *Reconciler) createdToStart(old, new client.Object) bool {
+	if !created(old, new) {
+		return false
+	}
+	run, ok := new.(*farmv1.AgentRun)
+	if !ok || run.Spec.RigRef == nil {
+		return true
+	}
+	ctx := context.Background()
+	if l, err := lease.Get(ctx, r.Client, run.Namespace, run.Spec.RigRef.Name); err == nil && l != nil && lease.IsRigLease(l) {
+		return false
+	}
+	waiting, err := r.listWaiting(ctx, run.Namespace, "rig/"+run.Spec.RigRef.Name)
+	if err != nil {
+		return true
+	}
+	for _, o := range waiting {
+		if o.UID != run.UID && queuedBefore(o, run) {
+			return false
+		}
+	}
+	return true
+}
 
 // podEnded picks a pod's events that its run must act on at once: the pod
 // ended, began terminating, or is gone.

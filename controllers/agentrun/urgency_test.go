@@ -154,3 +154,29 @@ func TestNotesWaitForTheCacheToShowOwnWrites(t *testing.T) {
 		t.Fatal("notes outlive the run")
 	}
 }
+
+// A new run is urgent when it may start now: not when its rig's Lease is
+// held, or an older run waits for the same rig; a selector run always is.
+func TestANewRunIsUrgentWhenItMayStart(t *testing.T) {
+	t.Parallel()
+	holder := poolRun("holder", -10, "a")
+	older := poolRun("older", -5, "b")
+	r := newQueueReconciler(t, poolRig("a"), poolRig("b"), poolRig("c"), leaseFor("a", holder), holder, older)
+	for _, tc := range []struct {
+		run  *farmv1.AgentRun
+		want bool
+	}{
+		{poolRun("behind-a-lease", 0, "a"), false},
+		{poolRun("behind-an-older-run", 0, "b"), false},
+		{poolRun("free-rig", 0, "c"), true},
+		{poolRun("selector", 0, ""), true},
+		{older, true}, // the oldest of its rig's queue, as its own creation showed it
+	} {
+		if got := r.createdToStart(nil, tc.run); got != tc.want {
+			t.Errorf("%s: urgent %v, want %v", tc.run.Name, got, tc.want)
+		}
+	}
+	if r.createdToStart(older, older) {
+		t.Error("an update was taken for a creation")
+	}
+}

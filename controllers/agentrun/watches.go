@@ -58,10 +58,11 @@ func (r *Reconciler) watch(mgr ctrl.Manager) error {
 	}
 	wakeQueue := handler.EnqueueRequestsFromMapFunc(r.queuedRunsForRigOf)
 	return ctrl.NewControllerManagedBy(mgr).
-		// A new run, a pod that ended and a Lease handed on are the urgent
-		// work (urgency.go): they decide when a phone starts its next session.
+		// A new run that may start now, a pod that ended and a Lease handed
+		// on are the urgent work (urgency.go): they decide when a phone
+		// starts its next session.
 		For(&farmv1.AgentRun{}, builder.WithPredicates(predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }})).
-		Watches(&farmv1.AgentRun{}, urgentWhen(&handler.EnqueueRequestForObject{}, created), builder.WithPredicates(predicate.Funcs{
+		Watches(&farmv1.AgentRun{}, urgentWhen(&handler.EnqueueRequestForObject{}, r.createdToStart), builder.WithPredicates(predicate.Funcs{
 			UpdateFunc: func(event.UpdateEvent) bool { return false }, DeleteFunc: func(event.DeleteEvent) bool { return false },
 			GenericFunc: func(event.GenericEvent) bool { return false },
 		})).
