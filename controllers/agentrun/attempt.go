@@ -45,15 +45,19 @@ func (r *Reconciler) advance(ctx context.Context, run *farmv1.AgentRun, w world,
 		case err != nil:
 			return wakeAt(got.wake), err
 		case got.claim == queuedLater:
-			return decision{then: deferStatus}, nil
+			return decision{then: deferStatus, wake: got.wake}, nil
 		case got.claim != took:
 			return wakeAt(got.wake), nil
 		}
 		w, wake, leasedNow = w.holding(got.rig), got.wake, true
 	case run.WaitsForRig():
 		r.took(run, w.now, w.rig) // handed over by the run that held it before
-		decided(ctx, run, "took a rig handed over", farmv1.ReasonLeased, "took", w.held)
-		leasedNow = true
+		if len(live) == 0 {
+			// (with a live pod, a reconcile before this one started it and
+			// the start is still to be written: nothing was taken now)
+			decided(ctx, run, "took a rig handed over", farmv1.ReasonLeased, "took", w.held)
+			leasedNow = true
+		}
 	}
 	// Rebuilt from the world every time, so a status write lost to a conflict loses nothing.
 	st.Rig = w.held
@@ -67,6 +71,9 @@ func (r *Reconciler) advance(ctx context.Context, run *farmv1.AgentRun, w world,
 		keyFound(run) // the pod was made once the key was
 		msg, confirmAt := runningMessage(run, w, pod)
 		conditions.Unknown(&st.Conditions, gen, farmv1.ConditionSucceeded, farmv1.ReasonRunning, msg)
+		if at, ok := r.startToRecordLater(run, status, w.now); ok {
+			return decision{then: deferRunning, wake: earliest(wake, confirmAt, at)}, nil
+		}
 		return wakeAt(earliest(wake, confirmAt)), nil
 	}
 	if left, limited := attempt.RunInputTokensLeft(run); limited && left <= 0 {
@@ -124,6 +131,38 @@ func (r *Reconciler) runBudgetSpent(ctx context.Context, run *farmv1.AgentRun, w
 		"the run's input token budget is spent: its %d recorded attempts used %d input tokens of limits.maxRunInputTokens %d; no attempt %d was started",
 		len(st.Attempts), used, run.Spec.Limits.MaxRunInputTokens, attempt.Next(st).Attempt))
 	return r.giveBack(ctx, run, w)
+}
+
+// startRecordDelay is how long after creating a run's first attempt pod the
+// manager waits before it writes the run Running, as the Job controller
+// batches a second of pod events into one Job status write: a session that
+// ends sooner is recorded in one write, its start and its outcome together.
+const startRecordDelay = time.Second
+
+// startToRecordLater reports whether the status that records the run's start
+// (Running, its first attempt, its rig) waits, and until when: while its
+// first pod, created by this manager, is younger than startRecordDelay
+// (startAttempt notes it). A manager that did not create the pod (it
+// restarted since) writes at once, and so does a run already written
+// Running, whose later attempts are news.
+func (r *Reconciler) startToRecordLater(run *farmv1.AgentRun, status *statusWriter, now time.Time) (time.Time, bool) {
+	if status.before.Phase == farmv1.RunRunning || status.before.StartTime != nil {
+		return time.Time{}, false
+	}
+	due := r.notes.startRecordedAfter(client.ObjectKeyFromObject(run))
+	if due.IsZero() || !now.Before(due) {
+		return time.Time{}, false
+	}
+	return due, true
+}
+
+// startMayWait says whether the status recording a run's start may wait
+// startRecordDelay: not when other runs decide by it — the runs queued for
+// a capped model account count a run as waiting until its status says it
+// holds a rig, and the runs that join a session (collect, steer) read the
+// session's run's phase.
+func startMayWait(run *farmv1.AgentRun, account modelAccount) bool {
+	return !account.capped() && run.Spec.Mode() == farmv1.QueueModeQueue
 }
 
 // runningMessage says how the run's newest live pod stands: running, or — on
@@ -202,16 +241,21 @@ func (r *Reconciler) startAttempt(ctx context.Context, run *farmv1.AgentRun, w w
 		}
 		if st.StartTime == nil {
 			r.notes.podCreated(client.ObjectKeyFromObject(run), w.now)
+			if startMayWait(run, key.account) {
+				r.notes.recordStartAfter(client.ObjectKeyFromObject(run), w.now.Add(startRecordDelay))
+			}
 		}
 		r.notes.created(client.ObjectKeyFromObject(run), pod, w.now)
 		created = true
 	case apierrors.IsAlreadyExists(err):
 		// created by an earlier reconcile the cache has not shown yet
+		r.notes.madeUnknown(client.ObjectKeyFromObject(run))
 	case apierrors.IsInvalid(err), apierrors.IsForbidden(err), apierrors.IsBadRequest(err):
 		// Refused for good (admission, a quota, a policy): retrying the same
 		// pod would hold the phone forever.
 		return r.refuse(ctx, run, w, err, fmt.Sprintf("the attempt pod was refused: %v", err))
 	default:
+		r.notes.madeUnknown(client.ObjectKeyFromObject(run)) // it may exist all the same
 		r.ev().podCreateFailed(run, err)
 		return decision{}, fmt.Errorf("create attempt pod %s: %w", pod.Name, err)
 	}

@@ -211,10 +211,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 	// 7. Write what changed, unless a later reconcile writes it.
 	switch d.then {
-	case deferStatus:
-		// Back into the work queue behind the runs that can start now; the
-		// next pass writes Queued if the run still waits.
-		return ctrl.Result{RequeueAfter: time.Millisecond, Priority: ptr.To(handler.LowPriority)}, nil
+	case deferStatus, deferRunning:
+		// Back into the work queue behind the work that can start a phone
+		// now: a waiting run's first Queued status (rig.go,
+		// queuedRecordDelay) and a young session's start (attempt.go,
+		// startRecordDelay) are written when their delay is up, unless the
+		// run's rig, or its pod's end, comes first and makes them moot.
+		res := r.result(wake)
+		res.Priority = ptr.To(handler.LowPriority)
+		return res, nil
 	case awaitPodEvent:
 		// The pod is what the run waited for. Its status (Running, the
 		// attempt, the start time) is written by the reconcile that the pod's
@@ -222,10 +227,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// theirs: in a burst, pods start first and the bookkeeping follows.
 		// Nothing is lost if the manager stops in between — the status is
 		// rebuilt from the pod.
-		r.notes.undefer(req.NamespacedName)
 		return r.result(wake), nil
 	}
-	r.notes.undefer(req.NamespacedName)
 	if err := status.write(ctx); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -243,11 +246,16 @@ const (
 	// writeNow: write the status in this reconcile.
 	writeNow then = iota
 	// deferStatus: a new run waits its turn; its first Queued status is
-	// written after the more urgent work (see acquire).
+	// written when the decision's wake comes, after the more urgent work
+	// (rig.go, queuedRecordDelay).
 	deferStatus
 	// awaitPodEvent: an attempt pod was created; the reconcile its event
 	// brings writes the status.
 	awaitPodEvent
+	// deferRunning: the run's first pod is young; its start is written
+	// when the decision's wake comes, or with the pod's end (attempt.go,
+	// startToRecordLater).
+	deferRunning
 )
 
 // decision is what acting on the run decided besides the status it set:

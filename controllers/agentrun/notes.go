@@ -14,19 +14,17 @@ import (
 // notes is the little this manager remembers about runs between reconciles,
 // beyond what the API server holds. Losing every note — a restart, a new
 // leader — is safe, because no decision about a phone rests on one alone:
-//   - a deferred first Queued status is written at once instead (one status
-//     write earlier than needed);
 //   - a lost start note makes the start time the first pod's creation time, to
-//     the second, and the queue-wait metric measure up to it;
+//     the second, and the queue-wait metric measure up to it; the status that
+//     records the start is then written at once instead of after
+//     startRecordDelay (one status write that a short session could have
+//     folded into its outcome);
 //   - a lost own-write note makes a reconcile trust the cache, as any
 //     controller does: deterministic pod names and the Lease still stop a
 //     second pod on the phone;
 //   - a lost created-pod or let-go note costs a create that is refused
 //     (the pod's name is the attempt's) or one more patch of a finalizer.
 type notes struct {
-	// deferred holds the runs whose first Queued status waits behind more
-	// urgent work (see acquire).
-	deferred sync.Map // types.NamespacedName → struct{}
 	// starting holds, for runs whose first pod has no start time in their
 	// status yet, when they took their rig and created the pod.
 	starting sync.Map // types.NamespacedName → *startNote
@@ -36,6 +34,11 @@ type notes struct {
 	// podsMade holds, per run, the attempt pod this manager created last,
 	// until the cache shows it.
 	podsMade sync.Map // types.NamespacedName → madePod
+	// lastMade holds, per run, the name of the last attempt pod this manager
+	// created, until the run is done with rigs: while the cache shows that
+	// pod ended, no pod of the run is alive that the cache does not show
+	// (releaseRig).
+	lastMade sync.Map // types.NamespacedName → string
 	// finalized holds, per run, the last pod whose finalizer this manager
 	// removed, until the cache shows the removal.
 	finalized sync.Map // types.NamespacedName → letGone
@@ -83,27 +86,20 @@ type letGone struct {
 type startNote struct {
 	mu              sync.Mutex
 	leasedAt, podAt time.Time
+	// recordAfter, when set, is when the status recording the start is
+	// written at the latest if the pod has not ended (startRecordDelay).
+	recordAfter time.Time
 }
 
 // forget drops every note of a run that is gone.
 func (n *notes) forget(key types.NamespacedName) {
-	n.deferred.Delete(key)
 	n.starting.Delete(key)
 	n.recorded.Delete(key)
 	n.finalized.Delete(key)
 	n.podsMade.Delete(key)
+	n.lastMade.Delete(key)
 	n.holds.Delete(key)
 }
-
-// deferOnce reports whether the run's first Queued status is deferred now:
-// true the first time it is asked, false after (the status is then written).
-func (n *notes) deferOnce(key types.NamespacedName) bool {
-	_, again := n.deferred.LoadOrStore(key, struct{}{})
-	return !again
-}
-
-// undefer forgets a deferral once the run's status no longer waits on it.
-func (n *notes) undefer(key types.NamespacedName) { n.deferred.Delete(key) }
 
 // leased notes when the run took its rig, unless noted before.
 func (n *notes) leased(key types.NamespacedName, t time.Time) {
@@ -120,6 +116,25 @@ func (n *notes) podCreated(key types.NamespacedName, t time.Time) {
 func (n *notes) start(key types.NamespacedName) *startNote {
 	s, _ := n.starting.LoadOrStore(key, &startNote{})
 	return s.(*startNote)
+}
+
+// recordStartAfter notes that the status recording the run's start may
+// wait until t (startRecordDelay), unless noted before.
+func (n *notes) recordStartAfter(key types.NamespacedName, t time.Time) {
+	s := n.start(key)
+	s.first(&s.recordAfter, t)
+}
+
+// startRecordedAfter is when the status recording the run's start is due
+// (zero: at once, as nothing noted it may wait).
+func (n *notes) startRecordedAfter(key types.NamespacedName) time.Time {
+	if s, ok := n.starting.Load(key); ok {
+		s := s.(*startNote)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.recordAfter
+	}
+	return time.Time{}
 }
 
 // podCreatedAt is when this manager noted the run's first pod (zero if it did not).
@@ -167,6 +182,35 @@ func (n *notes) behindOwnWrite(run *farmv1.AgentRun, now time.Time) bool {
 // created notes that this manager created the run's attempt pod.
 func (n *notes) created(run types.NamespacedName, pod *corev1.Pod, at time.Time) {
 	n.podsMade.Store(run, madePod{name: pod.Name, at: at})
+	n.lastMade.Store(run, pod.Name)
+}
+
+// madeUnknown forgets the run's last created pod when a create may have
+// made a pod this manager cannot name as made (an error with no answer, a
+// pod that already existed): endedLast then says nothing until the next
+// create that is answered.
+func (n *notes) madeUnknown(run types.NamespacedName) { n.lastMade.Delete(run) }
+
+// endedLast reports whether pods, the run's attempt pods as the cache shows
+// them, hold the last pod this manager created for the run, and all have
+// ended. The run's pods are created only by its own reconciles, which the
+// work queue never runs two at a time, and this manager notes each create
+// it makes (or forgets the note, madeUnknown, when it cannot tell): so no
+// pod of the run is alive that the cache does not show. A manager that did
+// not create the run's last pod (it started since) knows nothing of the kind.
+func (n *notes) endedLast(run types.NamespacedName, pods []*corev1.Pod) bool {
+	v, ok := n.lastMade.Load(run)
+	if !ok {
+		return false
+	}
+	shown := false
+	for _, p := range pods {
+		if !terminal(p) {
+			return false
+		}
+		shown = shown || p.Name == v.(string)
+	}
+	return shown
 }
 
 // podToShow is the attempt pod this manager created for the run that the

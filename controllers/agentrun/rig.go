@@ -32,6 +32,14 @@ const (
 	steeredIn
 )
 
+// queuedRecordDelay is how long a new run that waits for a busy rig reads
+// Pending before its Queued status and Event are written: a queue that
+// moves within it — a busy farm handing its phones from session to
+// session — costs no write, and a run that waits longer says so, with its
+// place, while it still has most of its wait ahead of it (sessions last
+// minutes).
+const queuedRecordDelay = 10 * time.Second
+
 // acquired is what acquire got the run: a claim, the rig it took (took
 // only), and when to look again.
 type acquired struct {
@@ -153,12 +161,13 @@ func (r *Reconciler) acquire(ctx context.Context, run *farmv1.AgentRun, w world,
 			return res, err
 		}
 	}
-	if st.Phase == farmv1.RunPending && c.reason == farmv1.ReasonRigBusy && r.notes.deferOnce(client.ObjectKeyFromObject(run)) {
-		// A new run that only waits its turn writes its first Queued status
-		// after the more urgent work: when many runs arrive at once, the
-		// ones that can start now are not kept waiting behind the status
-		// writes of the ones that cannot. Under no load this is a millisecond.
-		res.claim = queuedLater
+	if due := run.CreationTimestamp.Add(queuedRecordDelay); st.Phase == farmv1.RunPending && c.reason == farmv1.ReasonRigBusy && w.now.Before(due) {
+		// A new run that only waits its turn reads Pending for its first
+		// queuedRecordDelay: a rig that frees up by then starts it with no
+		// Queued status or Event written, and when many runs arrive at once
+		// the ones that can start now are not kept waiting behind the status
+		// writes of the ones that cannot.
+		res.claim, res.wake = queuedLater, earliest(res.wake, due)
 		return res, nil
 	}
 	if st.Phase != farmv1.RunQueued {
@@ -302,25 +311,29 @@ func (r *Reconciler) candidates(ctx context.Context, run *farmv1.AgentRun) (rigC
 	return c, nil
 }
 
-// releaseRig gives the rig back, only after no pod of the run is alive —
-// checked against the API server, not the cache. The rig goes straight to the
-// run the queue gives it to next, if any: one write instead of a delete and a
-// create, and no gap a third run could use. It reports whether the run now
-// holds no rig; while a pod of it is alive it holds on (retryRelease says
-// when to ask again).
+// releaseRig gives the rig back, only after no pod of the run is alive:
+// checked against the API server, not the cache — unless the cache shows
+// the last pod this manager created for the run ended (notes.endedLast), the
+// usual end of a session, which no pod the cache has not shown can follow.
+// The rig goes straight to the run the queue gives it to next, if any: one
+// write instead of a delete and a create, and no gap a third run could use.
+// It reports whether the run now holds no rig; while a pod of it is alive it
+// holds on (retryRelease says when to ask again).
 func (r *Reconciler) releaseRig(ctx context.Context, run *farmv1.AgentRun, w world) (bool, error) {
 	if w.held == "" {
 		// A model-account slot left from a rig that was never taken (the
 		// manager stopped in between) goes back with the run's end.
 		return true, r.dropIdleSlots(ctx, run)
 	}
-	var pods corev1.PodList
-	if err := r.APIReader.List(ctx, &pods, client.InNamespace(run.Namespace), client.MatchingLabels{farmv1.LabelRun: run.Name}); err != nil {
-		return false, fmt.Errorf("list attempt pods before releasing rig %s: %w", w.held, err)
-	}
-	for i := range pods.Items {
-		if !terminal(&pods.Items[i]) {
-			return false, nil
+	if !r.notes.endedLast(client.ObjectKeyFromObject(run), w.pods) {
+		var pods corev1.PodList
+		if err := r.APIReader.List(ctx, &pods, client.InNamespace(run.Namespace), client.MatchingLabels{farmv1.LabelRun: run.Name}); err != nil {
+			return false, fmt.Errorf("list attempt pods before releasing rig %s: %w", w.held, err)
+		}
+		for i := range pods.Items {
+			if !terminal(&pods.Items[i]) {
+				return false, nil
+			}
 		}
 	}
 	done := run.Status.Phase.Finished() || run.Status.Phase == farmv1.RunWaiting

@@ -18,6 +18,7 @@ import (
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/internal/attempt"
+	"github.com/clawfarm/clawfarm/internal/conditions"
 	"github.com/clawfarm/clawfarm/internal/contract"
 )
 
@@ -74,11 +75,30 @@ func TestStartIsRecordedOnceWhateverReconcileWritesIt(t *testing.T) {
 		}
 
 		if tc.running {
-			// The pod's event brings the reconcile that writes Running and the start.
+			// The pod's event brings a reconcile within startRecordDelay of the
+			// pod's creation: it writes nothing, and comes back when the delay
+			// is up, behind the urgent work.
 			pod.Status = corev1.PodStatus{Phase: corev1.PodRunning}
 			if err := c.Status().Update(context.Background(), &pod); err != nil {
 				t.Fatal(err)
 			}
+			res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "farm", Name: "run"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var early farmv1.AgentRun
+			if err := c.Get(context.Background(), types.NamespacedName{Namespace: "farm", Name: "run"}, &early); err != nil {
+				t.Fatal(err)
+			}
+			if early.Status.Phase != "" || len(seen) != 0 {
+				t.Fatalf("the start was written %s after the pod's creation: phase %q, observed %v; want it held for %s",
+					clk.Since(created.Add(2*time.Second)), early.Status.Phase, seen, startRecordDelay)
+			}
+			if res.RequeueAfter <= 0 || res.RequeueAfter > startRecordDelay || res.Priority == nil || *res.Priority >= 0 {
+				t.Fatalf("the held start asks for %+v; want to come back within %s at a low priority", res, startRecordDelay)
+			}
+			// Once the delay is up, the reconcile writes Running and the start.
+			clk.Step(startRecordDelay)
 			if run := reconcileRun(); run.Status.Phase != farmv1.RunRunning || run.Status.StartTime == nil || len(seen) != 1 {
 				t.Fatalf("%s: after the pod's event: phase %q, start %v, observed %v; want Running, a start, observed once",
 					tc.name, run.Status.Phase, run.Status.StartTime, seen)
@@ -105,6 +125,11 @@ func TestStartIsRecordedOnceWhateverReconcileWritesIt(t *testing.T) {
 		run := reconcileRun()
 		if run.Status.Phase != farmv1.RunSucceeded {
 			t.Fatalf("%s: phase %q, want Succeeded", tc.name, run.Status.Phase)
+		}
+		if run.Status.Rig != "rig" || run.Status.Attempt != 1 {
+			// (the rig is in the start's write, which a short session folds
+			// into its outcome: the outcome names it from the pod)
+			t.Fatalf("%s: rig %q, attempt %d; want rig, 1", tc.name, run.Status.Rig, run.Status.Attempt)
 		}
 		wantStart := created.Add(2 * time.Second) // the note: the moment the pod was created
 		if restart {
@@ -258,5 +283,53 @@ func TestNothingIsDoneOnACacheOlderThanTheManagersOwnWrite(t *testing.T) {
 	}
 	if podExists(first) || !podExists(retry) {
 		t.Fatalf("after the cache caught up: first pod exists %v, retry exists %v", podExists(first), podExists(retry))
+	}
+}
+
+// A new run behind a busy rig reads Pending, with no status written, for
+// its first queuedRecordDelay: it comes back when that is up, at a low
+// priority, and is written Queued then if it still waits.
+func TestAShortWaitWritesNoQueuedStatus(t *testing.T) {
+	t.Parallel()
+	created := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	clk := clocktesting.NewFakeClock(created.Add(time.Second))
+	holder := &farmv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: "farm", Name: "holder", UID: "uid-holder", Generation: 1,
+		CreationTimestamp: metav1.NewTime(created.Add(-time.Minute))},
+		Spec:   farmv1.AgentRunSpec{RigRef: &farmv1.RigReference{Name: "rig"}, Trigger: "t", Model: farmv1.ModelSpec{Provider: "openai", Name: "m"}},
+		Status: farmv1.AgentRunStatus{Phase: farmv1.RunRunning, Rig: "rig"}}
+	holderID := string(holder.UID)
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "farm", Name: "rig",
+		Labels: map[string]string{farmv1.LabelRig: "rig", farmv1.LabelRun: holder.Name, farmv1.LabelRunUID: holderID}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holderID}}
+	c := startTestClient(t, append(readyRigAndRun(created), holder, lease)...)
+	r := &Reconciler{Client: c, APIReader: c, Recorder: events.NewFakeRecorder(100), Clock: clk,
+		Config:       Config{Loop: attempt.Defaults{Image: "loop"}, StartupTimeout: time.Minute, NodeLostGrace: time.Minute},
+		observeStart: func(time.Duration, time.Duration) {}}
+	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "farm", Name: "run"}}
+	reconcileRun := func() (ctrl.Result, *farmv1.AgentRun) {
+		t.Helper()
+		res, err := r.Reconcile(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var run farmv1.AgentRun
+		if err := c.Get(context.Background(), req.NamespacedName, &run); err != nil {
+			t.Fatal(err)
+		}
+		return res, &run
+	}
+
+	res, run := reconcileRun()
+	if run.Status.Phase != "" {
+		t.Fatalf("a run 1s into its wait was written %q; want no status until %s", run.Status.Phase, queuedRecordDelay)
+	}
+	if d := queuedRecordDelay - time.Second; res.RequeueAfter != d || res.Priority == nil || *res.Priority >= 0 {
+		t.Fatalf("the run asks for %+v; want to come back in %s at a low priority", res, d)
+	}
+	clk.SetTime(created.Add(queuedRecordDelay))
+	_, run = reconcileRun()
+	if c := conditions.Get(run.Status.Conditions, farmv1.ConditionRigLeased); run.Status.Phase != farmv1.RunQueued ||
+		c == nil || c.Reason != farmv1.ReasonRigBusy {
+		t.Fatalf("after %s of waiting: phase %q, RigLeased %+v; want Queued, RigBusy", queuedRecordDelay, run.Status.Phase, c)
 	}
 }
