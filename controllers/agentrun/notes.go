@@ -35,7 +35,7 @@ type notes struct {
 	// until the cache shows it.
 	podsMade sync.Map // types.NamespacedName → madePod
 	// lastMade holds, per run, the name of the last attempt pod this manager
-	// created, until the run is done with rigs: while the cache shows that
+	// created, until the run is gone (forget): while the cache shows that
 	// pod ended, no pod of the run is alive that the cache does not show
 	// (releaseRig).
 	lastMade sync.Map // types.NamespacedName → string
