@@ -84,6 +84,39 @@ func (u urgentQueue) AddWithOpts(o priorityqueue.AddOpts, items ...reconcile.Req
 // created picks an object's creation (a new run).
 func created(old, new client.Object) bool { return old == nil && new != nil }
 
+// newRunEvents queues a new run's first reconcile. A run that may start now
+// (createdToStart) goes at urgentPriority. One that cannot only waits: its
+// first reconcile would find it queued behind a busy rig and write nothing
+// for queuedRecordDelay (acquire), and the Lease that frees its rig wakes it
+// when its turn comes. So that reconcile is queued for when the delay is up
+// (or its queue timeout, if sooner), at a low priority, and a burst of new
+// runs costs the manager only the reconciles of those that start. The
+// initial list keeps the low priority the handler gives it.
+func (r *Reconciler) newRunEvents() handler.EventHandler {
+	first := urgentWhen(&handler.EnqueueRequestForObject{}, created)
+	return handler.Funcs{
+		CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if e.IsInInitialList || r.createdToStart(nil, e.Object) {
+				first.Create(ctx, e, q)
+				return
+			}
+			after := queuedRecordDelay
+			if run, ok := e.Object.(*farmv1.AgentRun); ok {
+				if t := time.Duration(run.Spec.Limits.QueueTimeout()) * time.Second; t > 0 && t < after {
+					after = t
+				}
+			}
+			req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.Object)}
+			if pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request]); ok {
+				low := handler.LowPriority
+				pq.AddWithOpts(priorityqueue.AddOpts{After: after, Priority: &low}, req)
+				return
+			}
+			q.AddAfter(req, after)
+		},
+	}
+}
+
 // createdToStart picks a new run that may start now: not one that names a
 // rig whose Lease another run holds, or that an older run waits for. That
 // run waits its turn whatever its first reconcile does (it finds it waiting),

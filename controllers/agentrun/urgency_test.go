@@ -180,3 +180,43 @@ func TestANewRunIsUrgentWhenItMayStart(t *testing.T) {
 		t.Error("an update was taken for a creation")
 	}
 }
+
+// A new run that may start is queued at once and urgent; one behind a busy
+// rig is queued for when its Queued status is due (or its queue timeout,
+// if sooner), at a low priority: its rig's Lease wakes it before that if its
+// turn comes.
+func TestANewRunThatMustWaitIsReconciledWhenItsStatusIsDue(t *testing.T) {
+	t.Parallel()
+	holder := poolRun("holder", -10, "a")
+	r := newQueueReconciler(t, poolRig("a"), poolRig("c"), leaseFor("a", holder), holder)
+	h := r.newRunEvents()
+	q := priorityqueue.New[reconcile.Request]("test")
+	defer q.ShutDown()
+	ctx := context.Background()
+	impatient := poolRun("impatient", 0, "a")
+	impatient.Spec.Limits.QueueTimeoutSeconds = ptr.To[int32](1)
+	h.Create(ctx, event.CreateEvent{Object: poolRun("waits", 0, "a")}, q)
+	h.Create(ctx, event.CreateEvent{Object: impatient}, q)
+	h.Create(ctx, event.CreateEvent{Object: poolRun("starts", 0, "c")}, q)
+	time.Sleep(200 * time.Millisecond)
+	if n := q.Len(); n != 1 {
+		t.Fatalf("%d runs ready at once, want 1 (the one whose rig is free)", n)
+	}
+	item, prio, _ := q.GetWithPriority()
+	if item.Name != "starts" || prio != urgentPriority {
+		t.Fatalf("first: %s at priority %d, want starts at %d", item.Name, prio, urgentPriority)
+	}
+	q.Done(item)
+	deadline := time.Now().Add(5 * time.Second)
+	for q.Len() == 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	item, prio, _ = q.GetWithPriority()
+	if item.Name != "impatient" || prio != handler.LowPriority {
+		t.Fatalf("next: %s at priority %d, want impatient (queue timeout 1 s) at %d", item.Name, prio, handler.LowPriority)
+	}
+	q.Done(item)
+	if n := q.Len(); n != 0 {
+		t.Fatalf("%d more runs ready a few seconds in; the one behind the busy rig waits %s", n, queuedRecordDelay)
+	}
+}

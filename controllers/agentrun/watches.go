@@ -62,7 +62,7 @@ func (r *Reconciler) watch(mgr ctrl.Manager) error {
 		// on are the urgent work (urgency.go): they decide when a phone
 		// starts its next session.
 		For(&farmv1.AgentRun{}, builder.WithPredicates(predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }})).
-		Watches(&farmv1.AgentRun{}, urgentWhen(&handler.EnqueueRequestForObject{}, r.createdToStart), builder.WithPredicates(predicate.Funcs{
+		Watches(&farmv1.AgentRun{}, r.newRunEvents(), builder.WithPredicates(predicate.Funcs{
 			UpdateFunc: func(event.UpdateEvent) bool { return false }, DeleteFunc: func(event.DeleteEvent) bool { return false },
 			GenericFunc: func(event.GenericEvent) bool { return false },
 		})).
