@@ -45,7 +45,7 @@ func (r *Reconciler) advance(ctx context.Context, run *farmv1.AgentRun, w world,
 		case err != nil:
 			return wakeAt(got.wake), err
 		case got.claim == queuedLater:
-			return decision{then: deferStatus, wake: got.wake}, nil
+			return decision{then: writeLater, wake: got.wake}, nil
 		case got.claim != took:
 			return wakeAt(got.wake), nil
 		}
@@ -72,7 +72,7 @@ func (r *Reconciler) advance(ctx context.Context, run *farmv1.AgentRun, w world,
 		msg, confirmAt := runningMessage(run, w, pod)
 		conditions.Unknown(&st.Conditions, gen, farmv1.ConditionSucceeded, farmv1.ReasonRunning, msg)
 		if at, ok := r.startToRecordLater(run, status, w.now); ok {
-			return decision{then: deferRunning, wake: earliest(wake, confirmAt, at)}, nil
+			return decision{then: writeLater, wake: earliest(wake, confirmAt, at)}, nil
 		}
 		return wakeAt(earliest(wake, confirmAt)), nil
 	}

@@ -211,12 +211,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 	// 7. Write what changed, unless a later reconcile writes it.
 	switch d.then {
-	case deferStatus, deferRunning:
+	case writeLater:
 		// Back into the work queue behind the work that can start a phone
-		// now: a waiting run's first Queued status (rig.go,
-		// queuedRecordDelay) and a young session's start (attempt.go,
-		// startRecordDelay) are written when their delay is up, unless the
-		// run's rig, or its pod's end, comes first and makes them moot.
+		// now, until the delay is up; the run's rig, or its pod's end, may
+		// come first and fold this write into the next.
 		res := r.result(wake)
 		res.Priority = ptr.To(handler.LowPriority)
 		return res, nil
@@ -245,17 +243,15 @@ type then int
 const (
 	// writeNow: write the status in this reconcile.
 	writeNow then = iota
-	// deferStatus: a new run waits its turn; its first Queued status is
-	// written when the decision's wake comes, after the more urgent work
-	// (rig.go, queuedRecordDelay).
-	deferStatus
+	// writeLater: the status is written when the decision's wake comes,
+	// after the more urgent work, unless what the run waits for comes first
+	// and makes the write moot: a new run's first Queued status (rig.go,
+	// queuedRecordDelay), a young session's start (attempt.go,
+	// startToRecordLater).
+	writeLater
 	// awaitPodEvent: an attempt pod was created; the reconcile its event
 	// brings writes the status.
 	awaitPodEvent
-	// deferRunning: the run's first pod is young; its start is written
-	// when the decision's wake comes, or with the pod's end (attempt.go,
-	// startToRecordLater).
-	deferRunning
 )
 
 // decision is what acting on the run decided besides the status it set:
