@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -62,7 +59,7 @@ func TestChartQueriesReadTheScrapedSeries(t *testing.T) {
 	addr, logs := startRealManager(ctx, t, env)
 	defer func() {
 		if t.Failed() {
-			t.Logf("the manager's log:\n%s", logs.tail(60))
+			t.Logf("the manager's log:\n%s", lastLines(logs.String(), 60))
 		}
 	}()
 	ns := driveScrapedWork(t, env)
@@ -191,20 +188,15 @@ func scrapeRunEndings(pod *corev1.Pod) fakekubelet.Ending {
 // controllers from its flags, the metrics endpoint on HTTPS behind the API
 // server's token and access reviews — and returns the endpoint's address
 // and its log. It stops when the test ends.
-func startRealManager(ctx context.Context, t *testing.T, env *testenv.Env) (string, *logTail) {
+func startRealManager(ctx context.Context, t *testing.T, env *testenv.Env) (string, *testenv.SyncBuffer) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := testenv.FreeAddr(t)
 	f := newManagerFlags()
 	if err := f.parse([]string{"--metrics-bind-address=" + addr, "--health-probe-bind-address=0",
 		"--rig-probe-interval=200ms", "--rig-probe-timeout=1s", "--devicerig-workers=2", "--agentrun-workers=2"}); err != nil {
 		t.Fatal(err)
 	}
-	logs := &logTail{}
+	logs := &testenv.SyncBuffer{}
 	opts := f.managerOptions()
 	opts.Logger = zap.New(zap.WriteTo(logs))
 	ctrl.SetLogger(opts.Logger) // the caches' informers log through the root logger
@@ -304,22 +296,8 @@ func scrapeManager(ctx context.Context, t *testing.T, addr, token string) []*dto
 	}
 }
 
-// logTail keeps what the manager logs, to show when the test fails.
-type logTail struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logTail) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-// tail is the last n lines.
-func (l *logTail) tail(n int) string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	lines := strings.Split(strings.TrimRight(l.buf.String(), "\n"), "\n")
+// lastLines is the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
