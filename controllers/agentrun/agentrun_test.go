@@ -297,9 +297,10 @@ func TestCancelStopsThePodAndReleasesTheRig(t *testing.T) {
 }
 
 // Every transition of a run that is not routine leaves an Event, with a
-// stable reason, in order: queued behind a busy rig, a counted STUCK, the
-// next attempt, the end. A first start (handed the rig, its pod created)
-// has none: the RigLeased condition and status.attempts tell it.
+// stable reason, in order: a counted STUCK, the next attempt, the end. A
+// wait behind a busy rig and a first start (handed the rig, its pod
+// created) have none: the phase, the RigLeased condition and
+// status.attempts tell them.
 func TestEventOnEveryTransition(t *testing.T) {
 	t.Parallel()
 	ns := namespace(t)
@@ -317,13 +318,15 @@ func TestEventOnEveryTransition(t *testing.T) {
 	create(t, newRun(ns, "first", "rig"))
 	waitPhase(t, ns, "first", farmv1.RunRunning)
 	create(t, newRun(ns, "second", "rig"))
-	waitPhase(t, ns, "second", farmv1.RunQueued)
+	if c := condition(waitPhase(t, ns, "second", farmv1.RunQueued), farmv1.ConditionRigLeased); c == nil || c.Reason != farmv1.ReasonRigBusy {
+		t.Fatalf("the queued run's RigLeased condition does not say why it waits: %+v", c)
+	}
 	release.Store(true)
 	waitPhase(t, ns, "second", farmv1.RunSucceeded)
 
 	want := map[string][]string{
 		"first":  {farmv1.ReasonDone},
-		"second": {farmv1.ReasonQueued, farmv1.EventAttemptEnded, farmv1.ReasonRetrying, farmv1.EventAttemptStarted, farmv1.ReasonDone},
+		"second": {farmv1.EventAttemptEnded, farmv1.ReasonRetrying, farmv1.EventAttemptStarted, farmv1.ReasonDone},
 	}
 	same := func(got map[string][]string) bool {
 		return fmt.Sprint(got["first"]) == fmt.Sprint(want["first"]) && fmt.Sprint(got["second"]) == fmt.Sprint(want["second"])

@@ -171,7 +171,13 @@ func (r *Reconciler) acquire(ctx context.Context, run *farmv1.AgentRun, w world,
 		return res, nil
 	}
 	if st.Phase != farmv1.RunQueued {
-		r.ev().queued(run, c.why) // once per wait: the message stays the same while the queue moves
+		if c.reason != farmv1.ReasonRigBusy {
+			// Once per wait, and only for a wait that someone must end: a
+			// rig that is missing, matches nothing or cannot serve. Waiting
+			// for a busy rig is a farm's routine, and the run's phase and
+			// RigLeased condition tell it (with the place) at no extra write.
+			r.ev().queued(run, c.why)
+		}
 		decided(ctx, run, "queued", c.reason, "why", c.why)
 	}
 	st.Phase = farmv1.RunQueued

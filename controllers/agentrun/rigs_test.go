@@ -2,6 +2,7 @@ package agentrun_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -169,6 +170,10 @@ func TestSelectorPicksAReadyFreeRig(t *testing.T) {
 	if c := condition(q, farmv1.ConditionRigLeased); c.Reason != farmv1.ReasonNoMatchingRig {
 		t.Fatalf("RigLeased %+v", c)
 	}
+	// A wait that someone must end gets an Event, unlike one behind a busy rig.
+	eventually(t, "a Queued Event for the run no rig matches", func() bool {
+		return slices.Contains(runEvents(t, ns)["nomatch"], farmv1.ReasonQueued)
+	})
 }
 
 func TestQueueTimeoutAndTTL(t *testing.T) {
