@@ -265,19 +265,57 @@ type decision struct {
 // wakeAt is a decision to write the status now and look again at t.
 func wakeAt(t time.Time) decision { return decision{then: writeNow, wake: t} }
 
-// act moves the run on according to its phase.
-func (r *Reconciler) act(ctx context.Context, run *farmv1.AgentRun, w world, live []*corev1.Pod, status *statusWriter) (decision, error) {
+// chapter is the part of the story a run's phase calls for.
+type chapter int
+
+const (
+	advancing chapter = iota // queue, take a rig, run attempts (attempt.go)
+	stopping                 // stop.go
+	following                // joined.go: the run's trigger is in another run's session
+	waiting                  // followup.go: a WAIT's follow-up
+	finishing                // stop.go: what is left once the run has ended
+)
+
+// chapterOf is the chapter the run is in, in the world observe read.
+func chapterOf(run *farmv1.AgentRun, w world) chapter {
 	switch {
 	case w.stop != nil && !run.Status.Phase.Finished():
-		return r.stop(ctx, run, w, live)
+		return stopping
 	case !run.Status.Phase.Finished() && (run.Status.CollectedInto != "" || run.Status.SteeredInto != ""):
-		return r.follow(ctx, run, w, live) // joined.go: a run whose trigger is in another run's session
+		return following
 	case run.Status.Phase == farmv1.RunWaiting:
-		return r.followUp(ctx, run, w)
+		return waiting
 	case run.Status.Phase.Finished():
-		return r.finish(ctx, run, w, live)
+		return finishing
 	}
-	return r.advance(ctx, run, w, live, status)
+	return advancing
+}
+
+// act moves the run on according to its chapter. A run that acting moved
+// into another chapter (a queue timeout fails it, a stop ends it) is looked
+// at again at once: the next chapter's work (a follow-up, a TTL, letting
+// the pods go) is not left to an event, since the echo of the manager's
+// own status write wakes no reconcile (runUpdateNews).
+func (r *Reconciler) act(ctx context.Context, run *farmv1.AgentRun, w world, live []*corev1.Pod, status *statusWriter) (decision, error) {
+	from := chapterOf(run, w)
+	var d decision
+	var err error
+	switch from {
+	case stopping:
+		d, err = r.stop(ctx, run, w, live)
+	case following:
+		d, err = r.follow(ctx, run, w, live)
+	case waiting:
+		d, err = r.followUp(ctx, run, w)
+	case finishing:
+		d, err = r.finish(ctx, run, w, live)
+	default:
+		d, err = r.advance(ctx, run, w, live, status)
+	}
+	if err == nil && chapterOf(run, w) != from {
+		d.wake = earliest(d.wake, w.now)
+	}
+	return d, err
 }
 
 // earliest is the earliest of the wake-up times that are set (zero: none is).

@@ -60,11 +60,13 @@ type heldRig struct {
 const ownWriteWait = 30 * time.Second
 
 // ownWrite is a status write of this manager: the run and the resource
-// version the write gave it.
+// version the write gave it; waited, once a reconcile found the cache
+// behind it and waits for its event.
 type ownWrite struct {
-	uid types.UID
-	rv  string
-	at  time.Time
+	uid    types.UID
+	rv     string
+	at     time.Time
+	waited bool
 }
 
 // madePod is an attempt pod this manager created, and when.
@@ -176,7 +178,28 @@ func (n *notes) behindOwnWrite(run *farmv1.AgentRun, now time.Time) bool {
 		n.recorded.CompareAndDelete(key, w)
 		return false
 	}
+	if !w.waited {
+		waiting := w
+		waiting.waited = true
+		n.recorded.CompareAndSwap(key, w, waiting)
+	}
 	return true
+}
+
+// ownEcho reports whether run, as an update event shows it, is this
+// manager's own last status write that no reconcile waits to see. The
+// reconcile that wrote it went on with what it wrote, so the event brings
+// nothing to decide. An event that comes before the write's answer, or
+// after a later write by anyone, is not an echo. A reconcile that reads
+// the cache just before the echo lands, and is found behind only after
+// the echo was dropped, looks again after cacheLagPoll.
+func (n *notes) ownEcho(run *farmv1.AgentRun) bool {
+	v, ok := n.recorded.Load(types.NamespacedName{Namespace: run.Namespace, Name: run.Name})
+	if !ok {
+		return false
+	}
+	w := v.(ownWrite)
+	return w.uid == run.UID && w.rv == run.ResourceVersion && !w.waited
 }
 
 // created notes that this manager created the run's attempt pod.

@@ -3,10 +3,13 @@ package agentrun
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 
 	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -61,7 +64,10 @@ func (r *Reconciler) watch(mgr ctrl.Manager) error {
 		// A new run that may start now, a pod that ended and a Lease handed
 		// on are the urgent work (urgency.go): they decide when a phone
 		// starts its next session.
-		For(&farmv1.AgentRun{}, builder.WithPredicates(predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }})).
+		For(&farmv1.AgentRun{}, builder.WithPredicates(predicate.Funcs{
+			CreateFunc: func(event.CreateEvent) bool { return false },
+			UpdateFunc: r.runUpdateNews,
+		})).
 		Watches(&farmv1.AgentRun{}, r.newRunEvents(), builder.WithPredicates(predicate.Funcs{
 			UpdateFunc: func(event.UpdateEvent) bool { return false }, DeleteFunc: func(event.DeleteEvent) bool { return false },
 			GenericFunc: func(event.GenericEvent) bool { return false },
@@ -84,6 +90,39 @@ func (r *Reconciler) watch(mgr ctrl.Manager) error {
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.Config.MaxConcurrentReconciles)}).
 		Named("agentrun").
 		Complete(r)
+}
+
+// runUpdateNews picks the updates of a run that its reconcile must see.
+// Two kinds bring it nothing: the echo of this manager's own status write
+// (notes.ownEcho), and a loop's heartbeat — a progress patch that moves
+// only the turn, the tokens, the last note and tool and updatedAt. The
+// stall watchdog judges heartbeats at the wake-up it asked for; an
+// approval request and a steer delivered still wake the run. Without
+// them, a run is reconciled for what changed its world, not once per
+// write of its own status, and a session's heartbeats every 2 s cost the
+// manager nothing.
+func (r *Reconciler) runUpdateNews(e event.UpdateEvent) bool {
+	old, okOld := e.ObjectOld.(*farmv1.AgentRun)
+	run, okNew := e.ObjectNew.(*farmv1.AgentRun)
+	if !okOld || !okNew {
+		return true
+	}
+	return !r.notes.ownEcho(run) && !heartbeatOnly(old, run)
+}
+
+// heartbeatOnly reports whether run differs from old only in its
+// progress's heartbeat fields (attempt, turn, tokens, last note and tool,
+// updatedAt): same spec, metadata and status otherwise.
+func heartbeatOnly(old, run *farmv1.AgentRun) bool {
+	if old.Generation != run.Generation || run.DeletionTimestamp != nil || old.Status.Progress == nil || run.Status.Progress == nil ||
+		!maps.Equal(old.Labels, run.Labels) || !maps.Equal(old.Annotations, run.Annotations) || !slices.Equal(old.Finalizers, run.Finalizers) {
+		return false
+	}
+	was, is := old.Status, run.Status // shallow copies: only their Progress pointers are replaced
+	p, q := *was.Progress, *is.Progress
+	p.Attempt, p.Turn, p.Tokens, p.LastNote, p.LastTool, p.UpdatedAt = q.Attempt, q.Turn, q.Tokens, q.LastNote, q.LastTool, q.UpdatedAt
+	was.Progress, is.Progress = &p, &q
+	return equality.Semantic.DeepEqual(was, is)
 }
 
 // queuedRunsForRigOf maps a Lease or a rig to the run holding the rig and to
