@@ -48,8 +48,9 @@ var scaleSizes = map[string]scaleSize{
 }
 
 // writesGuard is the most API writes per run the reduced size may take:
-// 6.17–6.58 measured, with room for a slow machine's retried conflicts.
-const writesGuard = 7.5
+// 6.31 measured (6.17–6.58 before the routine Queued Event went), with
+// room for a slow machine's retried conflicts.
+const writesGuard = 7.0
 
 // groupLabel puts a node's rigs in a group that selector runs ask for.
 const groupLabel = "bench.clawfarm.dev/group"
@@ -354,7 +355,7 @@ func TestBenchScale(t *testing.T) {
 	if perRun := rigReconciles / float64(size.runs); perRun > 6 {
 		t.Errorf("%.1f DeviceRig reconciles per run: rigs are woken by other rigs' events", perRun)
 	}
-	if perRun := agentReconciles / float64(size.runs); perRun > 15 {
+	if perRun := agentReconciles / float64(size.runs); perRun > 10 {
 		t.Errorf("%.1f AgentRun reconciles per run", perRun)
 	}
 
