@@ -177,7 +177,7 @@ func (r *Reconciler) markCollected(ctx context.Context, run *farmv1.AgentRun, w 
 	if err := r.Status().Update(ctx, &jr); err != nil {
 		return false, fmt.Errorf("mark run %s collected: %w", j.Name, err)
 	}
-	r.notes.wrote(&jr, w.now)
+	r.notes.wroteAnother(&jr, w.now)
 	r.ev().collected(&jr, run.Name, w.held, i+2)
 	return true, nil
 }

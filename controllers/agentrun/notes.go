@@ -60,13 +60,14 @@ type heldRig struct {
 const ownWriteWait = 30 * time.Second
 
 // ownWrite is a status write of this manager: the run and the resource
-// version the write gave it; waited, once a reconcile found the cache
-// behind it and waits for its event.
+// version the write gave it; echoWakes, when the write's event must wake
+// the run: a reconcile found the cache behind the write and waits for it,
+// or the write was made by another run's reconcile (wroteAnother).
 type ownWrite struct {
-	uid    types.UID
-	rv     string
-	at     time.Time
-	waited bool
+	uid       types.UID
+	rv        string
+	at        time.Time
+	echoWakes bool
 }
 
 // madePod is an attempt pod this manager created, and when.
@@ -156,10 +157,20 @@ func (n *notes) takeStart(key types.NamespacedName) (leasedAt, podAt time.Time) 
 	return time.Time{}, time.Time{}
 }
 
-// wrote notes the resource version of a status write this manager made.
+// wrote notes the resource version of a status write this manager made
+// in the run's own reconcile.
 func (n *notes) wrote(run *farmv1.AgentRun, at time.Time) {
 	n.recorded.Store(types.NamespacedName{Namespace: run.Namespace, Name: run.Name},
 		ownWrite{uid: run.UID, rv: run.ResourceVersion, at: at})
+}
+
+// wroteAnother notes a status write this manager made of run in another
+// run's reconcile (a session's run marking a run it collected, a steer run
+// joining a session): run's own reconcile has not seen it, so its event
+// wakes the run.
+func (n *notes) wroteAnother(run *farmv1.AgentRun, at time.Time) {
+	n.recorded.Store(types.NamespacedName{Namespace: run.Namespace, Name: run.Name},
+		ownWrite{uid: run.UID, rv: run.ResourceVersion, at: at, echoWakes: true})
 }
 
 // behindOwnWrite reports whether run, as the cache shows it, is older than
@@ -178,18 +189,18 @@ func (n *notes) behindOwnWrite(run *farmv1.AgentRun, now time.Time) bool {
 		n.recorded.CompareAndDelete(key, w)
 		return false
 	}
-	if !w.waited {
+	if !w.echoWakes {
 		waiting := w
-		waiting.waited = true
+		waiting.echoWakes = true
 		n.recorded.CompareAndSwap(key, w, waiting)
 	}
 	return true
 }
 
 // ownEcho reports whether run, as an update event shows it, is this
-// manager's own last status write that no reconcile waits to see. The
-// reconcile that wrote it went on with what it wrote, so the event brings
-// nothing to decide. An event that comes before the write's answer, or
+// manager's own last status write, made in the run's own reconcile, that no
+// reconcile waits to see. The reconcile that wrote it went on with what it
+// wrote, so the event brings nothing to decide. An event that comes before the write's answer, or
 // after a later write by anyone, is not an echo. A reconcile that reads
 // the cache just before the echo lands, and is found behind only after
 // the echo was dropped, looks again after cacheLagPoll.
@@ -199,7 +210,7 @@ func (n *notes) ownEcho(run *farmv1.AgentRun) bool {
 		return false
 	}
 	w := v.(ownWrite)
-	return w.uid == run.UID && w.rv == run.ResourceVersion && !w.waited
+	return w.uid == run.UID && w.rv == run.ResourceVersion && !w.echoWakes
 }
 
 // created notes that this manager created the run's attempt pod.

@@ -97,7 +97,7 @@ func (r *Reconciler) appendSteer(ctx context.Context, run *farmv1.AgentRun, now 
 	if err := r.Status().Update(ctx, h); err != nil {
 		return fmt.Errorf("append steer run %s to run %s: %w", run.Name, h.Name, err)
 	}
-	r.notes.wrote(h, now)
+	r.notes.wroteAnother(h, now)
 	r.ev().steerJoined(h, run.Name, joinedIndex(h, run.Name, farmv1.QueueModeSteer)+1)
 	return nil
 }

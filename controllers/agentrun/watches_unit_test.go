@@ -12,7 +12,8 @@ import (
 )
 
 // A run's own status write, seen again in its watch event, wakes no
-// reconcile unless one waits to see it; anyone else's write does.
+// reconcile unless one waits to see it; anyone else's write does, and so
+// does one the manager made in another run's reconcile.
 func TestOwnStatusWriteEchoWakesOnlyAWaitingReconcile(t *testing.T) {
 	r := &Reconciler{}
 	now := time.Now()
@@ -45,6 +46,15 @@ func TestOwnStatusWriteEchoWakesOnlyAWaitingReconcile(t *testing.T) {
 	}
 	if !update(before, written) {
 		t.Fatal("the echo a reconcile waits for did not wake the run")
+	}
+
+	// A write made in another run's reconcile (a session's run marking a
+	// run it collected) is news to the run it wrote.
+	collected := written.DeepCopy()
+	collected.ResourceVersion, collected.Status.CollectedInto = "9", "session"
+	r.notes.wroteAnother(collected, now)
+	if !update(written, collected) {
+		t.Fatal("a write by another run's reconcile did not wake the run it wrote")
 	}
 }
 
