@@ -198,12 +198,13 @@ func (n *notes) behindOwnWrite(run *farmv1.AgentRun, now time.Time) bool {
 }
 
 // ownEcho reports whether run, as an update event shows it, is this
-// manager's own last status write, made in the run's own reconcile, that no
-// reconcile waits to see. The reconcile that wrote it went on with what it
-// wrote, so the event brings nothing to decide. An event that comes before the write's answer, or
-// after a later write by anyone, is not an echo. A reconcile that reads
-// the cache just before the echo lands, and is found behind only after
-// the echo was dropped, looks again after cacheLagPoll.
+// manager's own last status write, made in the run's own reconcile, that
+// no reconcile waits to see. The reconcile that wrote it went on with what
+// it wrote, so the event brings nothing to decide. An event that comes
+// before the write's answer, or after a later write by anyone, is not an
+// echo. A reconcile that reads the cache just before the echo lands, and
+// is found behind only after the echo was dropped, looks again after
+// cacheLagPoll.
 func (n *notes) ownEcho(run *farmv1.AgentRun) bool {
 	v, ok := n.recorded.Load(types.NamespacedName{Namespace: run.Namespace, Name: run.Name})
 	if !ok {
