@@ -78,7 +78,7 @@ func (r *Reconciler) watch(mgr ctrl.Manager) error {
 			_, ok := o.GetLabels()[farmv1.LabelRunUID]
 			return ok
 		}))).
-		Watches(&farmv1.DeviceRig{}, wakeQueue).
+		Watches(&farmv1.DeviceRig{}, wakeQueue, builder.WithPredicates(predicate.Funcs{UpdateFunc: rigUpdateNews})).
 		// A model account's queue moves with its slots and its runs (account.go).
 		Watches(&coordinationv1.Lease{}, r.slotEvents(), builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			return o.GetLabels()[farmv1.LabelKind] == farmv1.KindModelAccountSlot
@@ -108,6 +108,24 @@ func (r *Reconciler) runUpdateNews(e event.UpdateEvent) bool {
 		return true
 	}
 	return !r.notes.ownEcho(run) && !heartbeatOnly(old, run)
+}
+
+// rigUpdateNews picks the updates of a rig that its queue and the run
+// holding it must see: its spec (unschedulable, node, endpoint), its labels
+// (selectors), its deletion, and a phase that says whether it can serve. A
+// rig going from Ready to InUse and back follows its Lease, whose own event
+// wakes the queue; a probe's time or a condition's message decides nothing.
+func rigUpdateNews(e event.UpdateEvent) bool {
+	old, okOld := e.ObjectOld.(*farmv1.DeviceRig)
+	rig, okNew := e.ObjectNew.(*farmv1.DeviceRig)
+	if !okOld || !okNew {
+		return true
+	}
+	if old.Generation != rig.Generation || rig.DeletionTimestamp != nil || !maps.Equal(old.Labels, rig.Labels) {
+		return true
+	}
+	serving := func(p farmv1.RigPhase) bool { return p == farmv1.RigReady || p == farmv1.RigInUse }
+	return old.Status.Phase != rig.Status.Phase && !(serving(old.Status.Phase) && serving(rig.Status.Phase))
 }
 
 // heartbeatOnly reports whether run differs from old only in its

@@ -104,3 +104,44 @@ func TestHeartbeatWakesNoReconcile(t *testing.T) {
 		t.Error("the first progress of a run did not wake it")
 	}
 }
+
+// A rig's update wakes its queue and holder when it changes what the queue
+// decides by: spec, labels, deletion, or whether the rig can serve. Its
+// passing from Ready to InUse and back (its Lease's event wakes the queue)
+// and a probe's time do not.
+func TestRigUpdatesThatWakeTheQueue(t *testing.T) {
+	old := &farmv1.DeviceRig{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "rig", Generation: 1, Labels: map[string]string{"pool": "ios"}},
+		Status:     farmv1.DeviceRigStatus{Phase: farmv1.RigReady, LastProbeTime: &metav1.Time{Time: time.Unix(100, 0)}},
+	}
+	wakes := func(change func(*farmv1.DeviceRig)) bool {
+		rig := old.DeepCopy()
+		change(rig)
+		return rigUpdateNews(event.UpdateEvent{ObjectOld: old, ObjectNew: rig})
+	}
+	for what, change := range map[string]func(*farmv1.DeviceRig){
+		"InUse":          func(rig *farmv1.DeviceRig) { rig.Status.Phase = farmv1.RigInUse },
+		"a probe's time": func(rig *farmv1.DeviceRig) { rig.Status.LastProbeTime = &metav1.Time{Time: time.Unix(400, 0)} },
+		"the same phase": func(*farmv1.DeviceRig) {},
+	} {
+		if wakes(change) {
+			t.Errorf("a rig update of %s woke its queue", what)
+		}
+	}
+	for what, change := range map[string]func(*farmv1.DeviceRig){
+		"NotReady":    func(rig *farmv1.DeviceRig) { rig.Status.Phase = farmv1.RigNotReady },
+		"Offline":     func(rig *farmv1.DeviceRig) { rig.Status.Phase = farmv1.RigOffline },
+		"a new spec":  func(rig *farmv1.DeviceRig) { rig.Generation = 2 },
+		"a new label": func(rig *farmv1.DeviceRig) { rig.Labels = map[string]string{"pool": "android"} },
+		"a deletion":  func(rig *farmv1.DeviceRig) { rig.DeletionTimestamp = &metav1.Time{Time: time.Now()} },
+	} {
+		if !wakes(change) {
+			t.Errorf("a rig update of %s did not wake its queue", what)
+		}
+	}
+	back := old.DeepCopy()
+	back.Status.Phase = farmv1.RigNotReady
+	if !rigUpdateNews(event.UpdateEvent{ObjectOld: back, ObjectNew: old}) {
+		t.Error("a rig Ready again did not wake its queue")
+	}
+}
