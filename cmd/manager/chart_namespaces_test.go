@@ -125,6 +125,16 @@ func TestCacheOptions(t *testing.T) {
 	if err != nil || got.(*coordinationv1.Lease).ManagedFields != nil || got.(*coordinationv1.Lease).Name != "rig" {
 		t.Errorf("the cache's transform of a Lease: %+v, %v; want it without managedFields, its name kept", got, err)
 	}
+	// Nor a Node's image list; its conditions, taints and cordon stay.
+	n := &corev1.Node{Spec: corev1.NodeSpec{Unschedulable: true, Taints: []corev1.Taint{{Key: corev1.TaintNodeOutOfService}}},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
+			Images: []corev1.ContainerImage{{Names: []string{"registry.example/loop:v1"}, SizeBytes: 1 << 20}}}}
+	n.ManagedFields = l.ManagedFields
+	if got, err := o.DefaultTransform(n); err != nil {
+		t.Errorf("the cache's transform of a Node: %v", err)
+	} else if node := got.(*corev1.Node); node.Status.Images != nil || node.ManagedFields != nil || len(node.Status.Conditions) != 1 || !node.Spec.Unschedulable || len(node.Spec.Taints) != 1 {
+		t.Errorf("the cache's transform of a Node: %+v; want it without images and managedFields, its conditions, cordon and taints kept", node)
+	}
 	if err := newManagerFlags().parse([]string{"--watch-namespaces=Team_A"}); err == nil || !strings.Contains(err.Error(), "not a namespace name") {
 		t.Errorf("a bad namespace: %v", err)
 	}

@@ -28,7 +28,11 @@ import (
 // The cache drops every object's managedFields: the operator never reads
 // them, and they were half the cost of the deep copy each cached Get makes
 // (a profile of bench-scale: the Leases its queue reads, one Get per rig).
-// An update of an object without them leaves the server's as they are.
+// An update of an object without them leaves the server's as they are. It
+// drops a Node's image list too (up to 50 images with their names on a real
+// node, most of its size): the operator reads a node's conditions, taints
+// and cordon, once per live attempt pod at every reconcile, and never
+// writes a Node.
 func CacheOptions(namespaces []string, shard labels.Selector) cache.Options {
 	if shard != nil && shard.Empty() {
 		shard = nil
@@ -44,7 +48,7 @@ func CacheOptions(namespaces []string, shard labels.Selector) cache.Options {
 		}
 		return cache.ByObject{Label: sel.Add(*r)}
 	}
-	o := cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{
+	o := cache.Options{DefaultTransform: stripUnread, ByObject: map[client.Object]cache.ByObject{
 		&corev1.Pod{}:           has(farmv1.LabelRun),
 		&coordinationv1.Lease{}: has(farmv1.LabelRun), // rig Leases and model-account slots
 		&batchv1.CronJob{}:      has(farmv1.LabelKind),
@@ -60,6 +64,16 @@ func CacheOptions(namespaces []string, shard labels.Selector) cache.Options {
 		}
 	}
 	return o
+}
+
+// stripUnread drops from a cached object what the operator never reads:
+// managedFields, and a Node's image list.
+func stripUnread(in any) (any, error) {
+	out, err := cache.TransformStripManagedFields()(in)
+	if node, ok := out.(*corev1.Node); ok && err == nil {
+		node.Status.Images = nil
+	}
+	return out, err
 }
 
 // ParseShard reads a shard selector (--shard): labels.Parse syntax, every
