@@ -84,8 +84,8 @@ func (r *Reconciler) watch(mgr ctrl.Manager) error {
 			return o.GetLabels()[farmv1.LabelKind] == farmv1.KindModelAccountSlot
 		}))).
 		Watches(&farmv1.AgentRun{}, r.accountTurnEvents()).
-		Watches(&farmv1.AgentRun{}, handler.EnqueueRequestsFromMapFunc(parentOf)).
-		Watches(&farmv1.AgentRun{}, handler.EnqueueRequestsFromMapFunc(r.joinedOf)).
+		Watches(&farmv1.AgentRun{}, handler.EnqueueRequestsFromMapFunc(parentOf), builder.WithPredicates(notHeartbeat)).
+		Watches(&farmv1.AgentRun{}, handler.EnqueueRequestsFromMapFunc(r.joinedOf), builder.WithPredicates(notHeartbeat)).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.runsOnNode), builder.WithPredicates(nodestate.Changed)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.Config.MaxConcurrentReconciles)}).
 		Named("agentrun").
@@ -127,6 +127,15 @@ func rigUpdateNews(e event.UpdateEvent) bool {
 	serving := func(p farmv1.RigPhase) bool { return p == farmv1.RigReady || p == farmv1.RigInUse }
 	return old.Status.Phase != rig.Status.Phase && !(serving(old.Status.Phase) && serving(rig.Status.Phase))
 }
+
+// notHeartbeat passes every event of a run but a loop's heartbeat
+// (heartbeatOnly): a follow-up's parent and the runs joined to a session
+// follow what the run decides, not its turns.
+var notHeartbeat = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+	old, okOld := e.ObjectOld.(*farmv1.AgentRun)
+	run, okNew := e.ObjectNew.(*farmv1.AgentRun)
+	return !okOld || !okNew || !heartbeatOnly(old, run)
+}}
 
 // heartbeatOnly reports whether run differs from old only in its
 // progress's heartbeat fields (attempt, turn, tokens, last note and tool,

@@ -78,6 +78,9 @@ func TestHeartbeatWakesNoReconcile(t *testing.T) {
 	if r.runUpdateNews(event.UpdateEvent{ObjectOld: old, ObjectNew: beat()}) {
 		t.Fatal("a heartbeat woke the run")
 	}
+	if notHeartbeat.Update(event.UpdateEvent{ObjectOld: old, ObjectNew: beat()}) {
+		t.Fatal("a heartbeat woke the runs that follow the run (its follow-up's parent, the runs joined to its session)")
+	}
 	for what, change := range map[string]func(*farmv1.AgentRun){
 		"an approval request": func(run *farmv1.AgentRun) {
 			run.Status.Progress.Approval = &farmv1.ApprovalRequest{ID: "a1", Tool: "tap"}
@@ -96,6 +99,9 @@ func TestHeartbeatWakesNoReconcile(t *testing.T) {
 		change(run)
 		if !r.runUpdateNews(event.UpdateEvent{ObjectOld: old, ObjectNew: run}) {
 			t.Errorf("a heartbeat with %s did not wake the run", what)
+		}
+		if !notHeartbeat.Update(event.UpdateEvent{ObjectOld: old, ObjectNew: run}) {
+			t.Errorf("a heartbeat with %s did not wake the runs that follow the run", what)
 		}
 	}
 	first := old.DeepCopy()
