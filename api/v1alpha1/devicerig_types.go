@@ -109,6 +109,10 @@ const (
 	RigMaintenance RigPhase = "Maintenance"
 )
 
+// Serving reports whether a rig in this phase can run sessions: Ready, or
+// InUse by one.
+func (p RigPhase) Serving() bool { return p == RigReady || p == RigInUse }
+
 // RigHealth is the last health report of the rig (GET /api/status).
 type RigHealth struct {
 	Arm           bool `json:"arm"`

@@ -66,10 +66,14 @@ func CacheOptions(namespaces []string, shard labels.Selector) cache.Options {
 	return o
 }
 
+// stripManagedFields is controller-runtime's transform, made once: the
+// cache calls stripUnread for every object it stores.
+var stripManagedFields = cache.TransformStripManagedFields()
+
 // stripUnread drops from a cached object what the operator never reads:
 // managedFields, and a Node's image list.
 func stripUnread(in any) (any, error) {
-	out, err := cache.TransformStripManagedFields()(in)
+	out, err := stripManagedFields(in)
 	if node, ok := out.(*corev1.Node); ok && err == nil {
 		node.Status.Images = nil
 	}

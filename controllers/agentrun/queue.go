@@ -385,7 +385,7 @@ func usable(rig *farmv1.DeviceRig) bool {
 	if rig.Spec.Unschedulable {
 		return false
 	}
-	return rig.Status.Phase == farmv1.RigReady || rig.Status.Phase == farmv1.RigInUse
+	return rig.Status.Phase.Serving()
 }
 
 func rigMatches(run *farmv1.AgentRun, rig *farmv1.DeviceRig) bool {

@@ -102,12 +102,8 @@ func (r *Reconciler) watch(mgr ctrl.Manager) error {
 // write of its own status, and a session's heartbeats every 2 s cost the
 // manager nothing.
 func (r *Reconciler) runUpdateNews(e event.UpdateEvent) bool {
-	old, okOld := e.ObjectOld.(*farmv1.AgentRun)
-	run, okNew := e.ObjectNew.(*farmv1.AgentRun)
-	if !okOld || !okNew {
-		return true
-	}
-	return !r.notes.ownEcho(run) && !heartbeatOnly(old, run)
+	run, ok := e.ObjectNew.(*farmv1.AgentRun)
+	return !isHeartbeat(e) && !(ok && r.notes.ownEcho(run))
 }
 
 // rigUpdateNews picks the updates of a rig that its queue and the run
@@ -124,18 +120,21 @@ func rigUpdateNews(e event.UpdateEvent) bool {
 	if old.Generation != rig.Generation || rig.DeletionTimestamp != nil || !maps.Equal(old.Labels, rig.Labels) {
 		return true
 	}
-	serving := func(p farmv1.RigPhase) bool { return p == farmv1.RigReady || p == farmv1.RigInUse }
-	return old.Status.Phase != rig.Status.Phase && !(serving(old.Status.Phase) && serving(rig.Status.Phase))
+	return old.Status.Phase != rig.Status.Phase && !(old.Status.Phase.Serving() && rig.Status.Phase.Serving())
 }
 
 // notHeartbeat passes every event of a run but a loop's heartbeat
 // (heartbeatOnly): a follow-up's parent and the runs joined to a session
 // follow what the run decides, not its turns.
-var notHeartbeat = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+var notHeartbeat = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool { return !isHeartbeat(e) }}
+
+// isHeartbeat reports whether the event is a run's update by a loop's
+// heartbeat alone (heartbeatOnly).
+func isHeartbeat(e event.UpdateEvent) bool {
 	old, okOld := e.ObjectOld.(*farmv1.AgentRun)
 	run, okNew := e.ObjectNew.(*farmv1.AgentRun)
-	return !okOld || !okNew || !heartbeatOnly(old, run)
-}}
+	return okOld && okNew && heartbeatOnly(old, run)
+}
 
 // heartbeatOnly reports whether run differs from old only in its
 // progress's heartbeat fields (attempt, turn, tokens, last note and tool,

@@ -106,7 +106,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 	// 5. Ready and phase, derived from the conditions and the Lease.
 	st.Phase, st.ObservedGeneration = r.phase(&rig, holder), gen
-	if st.Phase == farmv1.RigReady || st.Phase == farmv1.RigInUse {
+	if st.Phase.Serving() {
 		conditions.True(&st.Conditions, gen, farmv1.ConditionReady, farmv1.ReasonRigReady, "node ready, endpoint reachable, rig healthy")
 	} else {
 		conditions.False(&st.Conditions, gen, farmv1.ConditionReady, readyReason(&rig), readyMessage(&rig, holder))
