@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/provider/presets"
@@ -102,6 +103,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	c.ThinkingBudgetTokens = num(contract.SettingThinkingBudget, 0, 0)
 	c.MaxOutputTokens = num(contract.SettingMaxOutputTokens, 0, 256) // 0: the preset's
 	c.Steered = num(contract.SettingSteered, 0, 0)
+	c.ProgressHeartbeatSeconds = num(contract.SettingProgressHeartbeat, int(contract.DefaultProgressHeartbeat/time.Second), 1)
 	c.MaxInputTokens = num64(contract.SettingMaxInputTokens)
 	c.RunInputTokensLeft = num64(contract.SettingRunInputTokensLeft)
 	if err != nil {

@@ -93,7 +93,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	var sink engine.ProgressSink
 	var patcher *progress.Patcher
 	if cfg.Run != "" {
-		if patcher, err = progress.NewInCluster(cfg.Run, logf); err != nil {
+		if patcher, err = progress.NewInCluster(cfg.Run, time.Duration(cfg.ProgressHeartbeatSeconds)*time.Second, logf); err != nil {
 			logf("progress will not be patched: %v", err)
 		} else {
 			sink = patcher

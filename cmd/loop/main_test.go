@@ -250,6 +250,7 @@ func TestBadConfiguration(t *testing.T) {
 		{"negative budget", map[string]string{"CLAWFARM_MAX_INPUT_TOKENS": "-5"}, nil, "CLAWFARM_MAX_INPUT_TOKENS"},
 		{"bad run budget", map[string]string{"CLAWFARM_RUN_INPUT_TOKENS_LEFT": "lots"}, nil, "CLAWFARM_RUN_INPUT_TOKENS_LEFT"},
 		{"zero errors", map[string]string{"CLAWFARM_MAX_ERRORS": "0"}, nil, "CLAWFARM_MAX_ERRORS"},
+		{"no heartbeat", map[string]string{"CLAWFARM_PROGRESS_HEARTBEAT_SECONDS": "0"}, nil, "CLAWFARM_PROGRESS_HEARTBEAT_SECONDS"},
 		// The key the kubelet gave is not the one the operator checked: its
 		// Secret was replaced by another of the same name after the pod was made.
 		{"a key that is not the one checked", map[string]string{"CLAWFARM_MODEL_KEY_SHA256": contract.KeySHA256("the-checked-key")}, nil, "CLAWFARM_MODEL_KEY_SHA256"},
@@ -361,6 +362,12 @@ func TestTuningSettings(t *testing.T) {
 	c, err := parseConfig(nil, getenv, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if c.ProgressHeartbeatSeconds != 15 {
+		t.Errorf("progress heartbeat %d s without the setting, want the default 15", c.ProgressHeartbeatSeconds)
+	}
+	if c, err := parseConfig([]string{"--progress-heartbeat-seconds", "5"}, getenv, &bytes.Buffer{}); err != nil || c.ProgressHeartbeatSeconds != 5 {
+		t.Errorf("progress heartbeat %d s (%v), want the flag's 5", c.ProgressHeartbeatSeconds, err)
 	}
 	if at, keep := c.fold(); at != 40 || keep != 8 || c.MaxInputTokens != 2000000 || c.RunInputTokensLeft != 900000 || c.MaxErrors != 3 {
 		t.Errorf("fold %d/%d, config %+v", at, keep, c.Settings)

@@ -6,6 +6,7 @@ import (
 	"net"
 	"path"
 	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -136,6 +137,8 @@ func (s Spec) Settings() contract.Settings {
 		MaxOutputTokens:      int(run.Spec.Model.MaxOutputTokens),
 		ToolPolicies:         s.toolPolicies(),
 		ModelKeySHA256:       s.ModelKeySHA256,
+		// A heartbeat well within the run's stall watchdog.
+		ProgressHeartbeatSeconds: int(contract.ProgressHeartbeatFor(run.Spec.Limits.StallTimeout()) / time.Second),
 	}
 }
 

@@ -25,8 +25,24 @@ type Progress struct {
 }
 
 // ProgressInterval is the least time between two progress patches of one
-// attempt.
+// attempt: the pace of news (its first progress, an approval asked or
+// answered, a steer delivered).
 const ProgressInterval = 2 * time.Second
+
+// DefaultProgressHeartbeat is the least time between two progress patches
+// that carry no news, only a later turn, tokens, tool, note and heartbeat.
+const DefaultProgressHeartbeat = 15 * time.Second
+
+// ProgressHeartbeatFor is the heartbeat interval for a stall watchdog of
+// stall (0: none): a quarter of it, so the watchdog sees three heartbeats
+// go by before it judges a session stalled, within ProgressInterval and
+// DefaultProgressHeartbeat.
+func ProgressHeartbeatFor(stall time.Duration) time.Duration {
+	if stall <= 0 {
+		return DefaultProgressHeartbeat
+	}
+	return min(max(stall/4, ProgressInterval), DefaultProgressHeartbeat)
+}
 
 // Patch is the JSON merge patch that publishes p on the run's status
 // subresource: {"status":{"progress":{...}}}.

@@ -69,6 +69,9 @@ var (
 	// SettingSteered is optional: without it the opening message carries
 	// no steer message, and the loop delivers every one it reads.
 	SettingSteered = Setting{"steered", "CLAWFARM_STEERED", "how many of the run's steer messages (status.joined, mode steer) the opening message already carries; the loop delivers the ones after them at its turn boundaries"}
+	// SettingProgressHeartbeat is optional: without it progress that
+	// carries no news is patched every DefaultProgressHeartbeat.
+	SettingProgressHeartbeat = Setting{"progress-heartbeat-seconds", "CLAWFARM_PROGRESS_HEARTBEAT_SECONDS", "the least seconds between two progress patches that carry no news (a turn, tokens, the heartbeat); news goes within 2 s (default 15)"}
 )
 
 // AllSettings lists every setting in contract order.
@@ -81,7 +84,7 @@ var AllSettings = []Setting{
 	SettingModelAPI, SettingMaxErrors, SettingMaxInputTokens, SettingRunInputTokensLeft,
 	SettingThinkingBudget, SettingFold, SettingBootstrapDirs, SettingSystemPromptAppend, SettingMaxOutputTokens,
 	SettingToolPolicies,
-	SettingSteered,
+	SettingSteered, SettingProgressHeartbeat,
 }
 
 // Defaults of the contract.
@@ -172,6 +175,9 @@ type Settings struct {
 	Steered int
 	// ModelKeySHA256 is KeySHA256 of the key the operator checked; empty: no pin.
 	ModelKeySHA256 string
+	// ProgressHeartbeatSeconds is the least time between two progress
+	// patches that carry no news; 0 means the default.
+	ProgressHeartbeatSeconds int
 }
 
 // Environ renders the settings as environment variables (name → value),
@@ -224,6 +230,7 @@ func (s Settings) Environ() []EnvVar {
 	add(SettingToolPolicies, s.ToolPolicies)
 	add(SettingSteered, itoa(s.Steered))
 	add(SettingModelKeySHA256, s.ModelKeySHA256)
+	add(SettingProgressHeartbeat, itoa(s.ProgressHeartbeatSeconds))
 	return out
 }
 
