@@ -297,7 +297,7 @@ func TestBuildPodNetworkAndAPIServer(t *testing.T) {
 // The loop's heartbeat stays well within the run's stall watchdog: three
 // heartbeats go by before the watchdog judges the session stalled.
 func TestBuildPodSetsTheProgressHeartbeatFromTheStallWatchdog(t *testing.T) {
-	for stall, want := range map[*int32]string{nil: "15", ptr.To[int32](0): "15", ptr.To[int32](40): "10", ptr.To[int32](3): "2"} {
+	for stall, want := range map[*int32]string{nil: "15", ptr.To[int32](0): "15", ptr.To[int32](40): "10", ptr.To[int32](10): "2"} {
 		run := &farmv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "run"}}
 		run.Spec.Limits.StallSeconds = stall
 		got := ""
