@@ -132,6 +132,9 @@ func jobsPhase(ctx context.Context, t *testing.T, cfg, kcfg *rest.Config, hc cli
 	})
 	cpu0, api0 := cpuSeconds(proc.cmd.Process.Pid), cpuSeconds(apiPID)
 
+	if path := os.Getenv("BENCH_APISERVER_PROFILE"); path != "" {
+		go apiserverProfile(ctx, t, kcfg, path+".jobs")
+	}
 	begin := time.Now()
 	created := make([]time.Time, work.rigs)
 	parallel(work.rigs, 32, func(i int) {
@@ -256,4 +259,22 @@ func jobPodName(p *corev1.Pod) (string, bool) {
 		return "", false
 	}
 	return jobPodKey(p), true
+}
+
+// apiserverProfile saves a 15 s CPU profile of kube-apiserver, taken from
+// now, at path (BENCH_APISERVER_PROFILE): where its time goes in a phase.
+func apiserverProfile(ctx context.Context, t *testing.T, kcfg *rest.Config, path string) {
+	rc, err := rest.RESTClientFor(withCodec(kcfg))
+	if err != nil {
+		t.Log(err)
+		return
+	}
+	b, err := rc.Get().AbsPath("/debug/pprof/profile").Param("seconds", "15").DoRaw(ctx)
+	if err != nil {
+		t.Log("apiserver profile:", err)
+		return
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Log("apiserver profile:", err)
+	}
 }

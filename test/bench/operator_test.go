@@ -332,20 +332,7 @@ func TestBenchOperator(t *testing.T) {
 	go kl.Run(ctx)
 
 	if path := os.Getenv("BENCH_APISERVER_PROFILE"); path != "" {
-		// A CPU profile of kube-apiserver during the runs, for finding where its time goes.
-		go func() {
-			rc, err := rest.RESTClientFor(withCodec(kcfg))
-			if err != nil {
-				t.Log(err)
-				return
-			}
-			b, err := rc.Get().AbsPath("/debug/pprof/profile").Param("seconds", "15").DoRaw(ctx)
-			if err != nil {
-				t.Log("apiserver profile:", err)
-				return
-			}
-			_ = os.WriteFile(path, b, 0o644)
-		}()
+		go apiserverProfile(ctx, t, kcfg, path) // the Jobs phase's goes to <path>.jobs
 	}
 	before := counter.writes.Load()
 	counter.mu.Lock()
