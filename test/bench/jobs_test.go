@@ -133,7 +133,7 @@ func jobsPhase(ctx context.Context, t *testing.T, cfg, kcfg *rest.Config, hc cli
 	cpu0, api0 := cpuSeconds(proc.cmd.Process.Pid), cpuSeconds(apiPID)
 
 	if path := os.Getenv("BENCH_APISERVER_PROFILE"); path != "" {
-		go apiserverProfile(ctx, t, kcfg, path+".jobs")
+		go apiserverProfile(ctx, t, kcfg, path+".jobs", 8) // the Jobs phase takes 10–20 s
 	}
 	begin := time.Now()
 	created := make([]time.Time, work.rigs)
@@ -261,15 +261,15 @@ func jobPodName(p *corev1.Pod) (string, bool) {
 	return jobPodKey(p), true
 }
 
-// apiserverProfile saves a 15 s CPU profile of kube-apiserver, taken from
-// now, at path (BENCH_APISERVER_PROFILE): where its time goes in a phase.
-func apiserverProfile(ctx context.Context, t *testing.T, kcfg *rest.Config, path string) {
+// apiserverProfile saves a CPU profile of kube-apiserver over the next
+// seconds at path (BENCH_APISERVER_PROFILE): where its time goes in a phase.
+func apiserverProfile(ctx context.Context, t *testing.T, kcfg *rest.Config, path string, seconds int) {
 	rc, err := rest.RESTClientFor(withCodec(kcfg))
 	if err != nil {
 		t.Log(err)
 		return
 	}
-	b, err := rc.Get().AbsPath("/debug/pprof/profile").Param("seconds", "15").DoRaw(ctx)
+	b, err := rc.Get().AbsPath("/debug/pprof/profile").Param("seconds", strconv.Itoa(seconds)).DoRaw(ctx)
 	if err != nil {
 		t.Log("apiserver profile:", err)
 		return

@@ -332,7 +332,7 @@ func TestBenchOperator(t *testing.T) {
 	go kl.Run(ctx)
 
 	if path := os.Getenv("BENCH_APISERVER_PROFILE"); path != "" {
-		go apiserverProfile(ctx, t, kcfg, path) // the Jobs phase's goes to <path>.jobs
+		go apiserverProfile(ctx, t, kcfg, path, 8) // and the Jobs phase's to <path>.jobs
 	}
 	before := counter.writes.Load()
 	counter.mu.Lock()
