@@ -112,7 +112,9 @@ func TestIsNews(t *testing.T) {
 		change func(*contract.Progress)
 		news   bool
 	}{
-		"a later turn":         {func(p *contract.Progress) { p.Turn, p.Tokens, p.LastTool, p.LastNote, p.UpdatedAt = 4, 99, "swipe", "m", "t2" }, false},
+		"a later turn": {func(p *contract.Progress) {
+			p.Turn, p.Tokens, p.LastTool, p.LastNote, p.UpdatedAt = 4, 99, "swipe", "m", "t2"
+		}, false},
 		"the same approval":    {func(p *contract.Progress) { p.Approval = &contract.Approval{ID: "a", Tool: "tap"} }, false},
 		"another attempt":      {func(p *contract.Progress) { p.Attempt = 2 }, true},
 		"a steer delivered":    {func(p *contract.Progress) { p.Steered = 2 }, true},
