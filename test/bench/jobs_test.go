@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
@@ -277,4 +278,12 @@ func apiserverProfile(ctx context.Context, t *testing.T, kcfg *rest.Config, path
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Log("apiserver profile:", err)
 	}
+}
+
+func withCodec(c *rest.Config) *rest.Config {
+	c = rest.CopyConfig(c)
+	c.GroupVersion = &corev1.SchemeGroupVersion
+	c.APIPath = "/api"
+	c.NegotiatedSerializer = clientgoscheme.Codecs.WithoutConversion()
+	return c
 }

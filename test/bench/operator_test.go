@@ -19,8 +19,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -469,12 +467,4 @@ func TestBenchOperator(t *testing.T) {
 	if v := kl.Violations(); len(v) > 0 {
 		t.Fatalf("the Job controller ran two pods on a rig at once: %v", v[:min(5, len(v))])
 	}
-}
-
-func withCodec(c *rest.Config) *rest.Config {
-	c = rest.CopyConfig(c)
-	c.GroupVersion = &corev1.SchemeGroupVersion
-	c.APIPath = "/api"
-	c.NegotiatedSerializer = clientgoscheme.Codecs.WithoutConversion()
-	return c
 }
