@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,7 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
@@ -134,7 +134,7 @@ func jobsPhase(ctx context.Context, t *testing.T, cfg, kcfg *rest.Config, hc cli
 	cpu0, api0 := cpuSeconds(proc.cmd.Process.Pid), cpuSeconds(apiPID)
 
 	if path := os.Getenv("BENCH_APISERVER_PROFILE"); path != "" {
-		go apiserverProfile(ctx, t, kcfg, path+".jobs", 8) // the Jobs phase takes 10–20 s
+		go profile(ctx, t, 0, apiserverProfileURL(kcfg, 8), kcfg, path+".jobs") // the Jobs phase takes 10–20 s
 	}
 	begin := time.Now()
 	created := make([]time.Time, work.rigs)
@@ -262,28 +262,7 @@ func jobPodName(p *corev1.Pod) (string, bool) {
 	return jobPodKey(p), true
 }
 
-// apiserverProfile saves a CPU profile of kube-apiserver over the next
-// seconds at path (BENCH_APISERVER_PROFILE): where its time goes in a phase.
-func apiserverProfile(ctx context.Context, t *testing.T, kcfg *rest.Config, path string, seconds int) {
-	rc, err := rest.RESTClientFor(withCodec(kcfg))
-	if err != nil {
-		t.Log(err)
-		return
-	}
-	b, err := rc.Get().AbsPath("/debug/pprof/profile").Param("seconds", strconv.Itoa(seconds)).DoRaw(ctx)
-	if err != nil {
-		t.Log("apiserver profile:", err)
-		return
-	}
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Log("apiserver profile:", err)
-	}
-}
-
-func withCodec(c *rest.Config) *rest.Config {
-	c = rest.CopyConfig(c)
-	c.GroupVersion = &corev1.SchemeGroupVersion
-	c.APIPath = "/api"
-	c.NegotiatedSerializer = clientgoscheme.Codecs.WithoutConversion()
-	return c
+// apiserverProfileURL is kube-apiserver's CPU profile over the next seconds.
+func apiserverProfileURL(kcfg *rest.Config, seconds int) string {
+	return fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", strings.TrimSuffix(kcfg.Host, "/"), seconds)
 }

@@ -330,7 +330,7 @@ func TestBenchOperator(t *testing.T) {
 	go kl.Run(ctx)
 
 	if path := os.Getenv("BENCH_APISERVER_PROFILE"); path != "" {
-		go apiserverProfile(ctx, t, kcfg, path, 8) // and the Jobs phase's to <path>.jobs
+		go profile(ctx, t, 0, apiserverProfileURL(kcfg, 8), kcfg, path) // and the Jobs phase's to <path>.jobs
 	}
 	before := counter.writes.Load()
 	counter.mu.Lock()

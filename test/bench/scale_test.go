@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -199,8 +198,8 @@ func TestBenchScale(t *testing.T) {
 	// BENCH_PROFILE_DIR: 30 s CPU profiles of the manager and kube-apiserver,
 	// from 5 s into the burst.
 	if dir := os.Getenv("BENCH_PROFILE_DIR"); dir != "" {
-		go profile(ctx, t, fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile?seconds=30", pprofPort), nil, filepath.Join(dir, "manager.pprof"))
-		go profile(ctx, t, strings.TrimSuffix(kcfg.Host, "/")+"/debug/pprof/profile?seconds=30", kcfg, filepath.Join(dir, "kube-apiserver.pprof"))
+		go profile(ctx, t, 5*time.Second, fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile?seconds=30", pprofPort), nil, filepath.Join(dir, "manager.pprof"))
+		go profile(ctx, t, 5*time.Second, apiserverProfileURL(kcfg, 30), kcfg, filepath.Join(dir, "kube-apiserver.pprof"))
 	}
 
 	// The burst: every other run names its rig, the others ask for any rig
@@ -445,12 +444,13 @@ func parallel(n, width int, f func(i int)) {
 	wg.Wait()
 }
 
-// profile saves a CPU profile from url after 5 s; cfg authenticates to the API server.
-func profile(ctx context.Context, t *testing.T, url string, cfg *rest.Config, path string) {
+// profile saves a CPU profile from url, asked for after a delay; cfg
+// authenticates to the API server.
+func profile(ctx context.Context, t *testing.T, after time.Duration, url string, cfg *rest.Config, path string) {
 	select {
 	case <-ctx.Done():
 		return
-	case <-time.After(5 * time.Second):
+	case <-time.After(after):
 	}
 	hc := http.DefaultClient
 	if cfg != nil {
