@@ -211,12 +211,15 @@ bench-scale: k8s ## Scale benchmark: 2,000 rigs on 20 nodes, 10,000 runs in one 
 chaos: k8s node registry ## Chaos benchmark: 120 rigs (fake kubelet, rignode, kubelet), 500 runs, managers, kubelet and containerd SIGKILLed, nodes cut off; every safety figure must be 0.
 	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh --print) $(NODE_TOOLS) CHAOS=full $(GO) test -v -run '^TestChaos$$' -count=1 -timeout 60m ./test/chaos/
 
-.PHONY: bench-engine bench-gateway
+.PHONY: bench-engine bench-gateway bench-crd
 bench-engine: ## Engine benchmark: a 300-turn scripted session, the OpenAI wires (chat, Responses stateless and chained) side by side, and the prompt cache per wire and fold cadence.
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 30m ./internal/engine/...
 
 bench-gateway: k8s ## Rig gateway benchmark: what it adds to a rig call (median and p99, through it and straight to the rig).
 	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh --print) $(GO) test -run '^$$' -bench BenchmarkGatewayCall -benchtime 3000x -count 5 ./internal/riggate/
+
+bench-crd: ## What the AgentRun CRD's validation rules cost the API server on each update of a started run (no cluster: the API server's own CEL validator).
+	$(GO) test -run '^$$' -bench '^BenchmarkAgentRunUpdateRules$$' -count 5 ./test/bench/
 
 .PHONY: ci
 ci: ## What .ci/run runs: gofmt, vet, staticcheck, vulncheck, the generated code, the chart, make test, make e2e; then each stage's time.
