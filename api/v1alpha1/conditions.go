@@ -22,10 +22,12 @@ const (
 	// CD's health checks, kubectl wait on them) read: Reconciling is True
 	// while the run is not finished (the reason and message are Finished's),
 	// Stalled is True once it Failed (the reason and message are
-	// Succeeded's); a run that Succeeded or was Cancelled has neither True,
-	// and reads Current. A DeviceRig sets Stalled alone: True while it is
-	// NotReady or Offline (Failed to kstatus), False otherwise (Current, or
-	// InProgress in maintenance, from its Ready False).
+	// Succeeded's); a run that Succeeded or was Cancelled has neither, and
+	// reads Current. Both are abnormal-true: present only while True, absent
+	// otherwise, which kstatus reads as False. A DeviceRig sets Stalled
+	// alone: True while it is NotReady or Offline (Failed to kstatus), absent
+	// otherwise (Current, or InProgress in maintenance, from its Ready
+	// False).
 	ConditionReconciling = "Reconciling"
 	ConditionStalled     = "Stalled"
 	// ConditionAwaitingApproval is True while the loop holds a tool call for

@@ -127,13 +127,14 @@ func setFinished(st *farmv1.AgentRunStatus, gen int64) {
 // setKstatus derives the conditions kstatus reads from Finished and
 // Succeeded: without them it counts a custom resource Current as soon as
 // it has a status, so a GitOps tool would call a run healthy while it runs.
+// They are abnormal-true: present only while True (conditions.Remove).
 func setKstatus(st *farmv1.AgentRunStatus, gen int64) {
 	fin := conditions.Get(st.Conditions, farmv1.ConditionFinished)
 	if fin == nil {
 		return
 	}
 	if fin.Status == metav1.ConditionTrue {
-		conditions.False(&st.Conditions, gen, farmv1.ConditionReconciling, fin.Reason, fin.Message)
+		conditions.Remove(&st.Conditions, farmv1.ConditionReconciling)
 	} else {
 		conditions.True(&st.Conditions, gen, farmv1.ConditionReconciling, fin.Reason, fin.Message)
 	}
@@ -147,6 +148,6 @@ func setKstatus(st *farmv1.AgentRunStatus, gen int64) {
 		}
 		conditions.True(&st.Conditions, gen, farmv1.ConditionStalled, reason, msg)
 	} else {
-		conditions.False(&st.Conditions, gen, farmv1.ConditionStalled, fin.Reason, "the run has not failed")
+		conditions.Remove(&st.Conditions, farmv1.ConditionStalled)
 	}
 }

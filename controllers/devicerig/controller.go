@@ -114,12 +114,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// Stalled is what kstatus (Flux, cli-utils, kubectl's wait tooling) reads:
 	// True for a rig that cannot serve and will not without the world
 	// changing (NotReady, Offline), so it is Failed there as it is Degraded to
-	// Argo CD's check; False otherwise. A rig in maintenance is InProgress to
-	// kstatus by its Ready False: it waits to be put back.
+	// Argo CD's check; absent otherwise (abnormal-true, conditions.Remove). A
+	// rig in maintenance is InProgress to kstatus by its Ready False: it
+	// waits to be put back.
 	if st.Phase == farmv1.RigNotReady || st.Phase == farmv1.RigOffline {
 		conditions.True(&st.Conditions, gen, farmv1.ConditionStalled, readyReason(&rig), readyMessage(&rig, holder))
 	} else {
-		conditions.False(&st.Conditions, gen, farmv1.ConditionStalled, string(st.Phase), "the rig is "+string(st.Phase))
+		conditions.Remove(&st.Conditions, farmv1.ConditionStalled)
 	}
 	rigsByPhase.set(&rig)
 

@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/internal/conditions"
 	"github.com/clawfarm/clawfarm/internal/testing/testenv"
 )
 
@@ -40,6 +41,14 @@ func TestKstatusFollowsTheRig(t *testing.T) {
 	env.WaitRig(t, ns, "rig", func(r *farmv1.DeviceRig) bool { return r.Status.Phase == farmv1.RigReady })
 	if s := kstatusOf(t, ns, "rig"); s.Status != status.CurrentStatus {
 		t.Errorf("Ready again: kstatus %s (%s), want Current", s.Status, s.Message)
+	}
+	// Stalled is abnormal-true: True above, gone once the rig serves again.
+	var ready farmv1.DeviceRig
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(rig), &ready); err != nil {
+		t.Fatal(err)
+	}
+	if c := conditions.Get(ready.Status.Conditions, farmv1.ConditionStalled); c != nil {
+		t.Errorf("a Ready rig carries Stalled %s (%s), want it absent", c.Status, c.Message)
 	}
 
 	env.SetNodeReady(t, rig.Spec.NodeName, false)

@@ -62,7 +62,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	} else {
 		msg := fmt.Sprintf("%d rules and %d webhooks compile", st.Rules, st.Webhooks)
 		conditions.True(&st.Conditions, p.Generation, farmv1.ConditionReady, farmv1.ReasonCompiled, msg)
-		conditions.False(&st.Conditions, p.Generation, farmv1.ConditionStalled, farmv1.ReasonCompiled, msg)
+		conditions.Remove(&st.Conditions, farmv1.ConditionStalled) // abnormal-true: present only while True
 	}
 	if apiequality.Semantic.DeepEqual(before, st) {
 		return ctrl.Result{}, nil

@@ -30,6 +30,15 @@ func Unknown(list *[]metav1.Condition, generation int64, typ, reason, message st
 	return Set(list, generation, typ, metav1.ConditionUnknown, reason, message)
 }
 
+// Remove drops the condition of type typ from list, reporting whether it
+// was there. kstatus's abnormal-true conditions (Reconciling, Stalled) are
+// removed rather than set False: absent reads the same to kstatus, and each
+// condition a status carries is bytes that every write, watch event and
+// validation of the object pays for.
+func Remove(list *[]metav1.Condition, typ string) bool {
+	return meta.RemoveStatusCondition(list, typ)
+}
+
 // Get returns the condition of type typ, or nil.
 func Get(list []metav1.Condition, typ string) *metav1.Condition {
 	return meta.FindStatusCondition(list, typ)

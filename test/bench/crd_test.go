@@ -63,9 +63,7 @@ const finishedRun = `{"apiVersion": "farm.clawfarm.dev/v1alpha1", "kind": "Agent
   "conditions": [
    {"type": "Succeeded", "status": "True", "observedGeneration": 1, "lastTransitionTime": "2026-12-07T01:56:14Z", "reason": "Done", "message": "the agent ended the session with DONE"},
    {"type": "RigLeased", "status": "False", "observedGeneration": 1, "lastTransitionTime": "2026-12-07T01:56:14Z", "reason": "Released", "message": "rig rig-100 released to run run-0700, next in its queue"},
-   {"type": "Finished", "status": "True", "observedGeneration": 1, "lastTransitionTime": "2026-12-07T01:56:14Z", "reason": "Succeeded", "message": "the run ended Succeeded (Done): the agent ended the session with DONE"},
-   {"type": "Reconciling", "status": "False", "observedGeneration": 1, "lastTransitionTime": "2026-12-07T01:56:14Z", "reason": "Succeeded", "message": "the run ended Succeeded (Done): the agent ended the session with DONE"},
-   {"type": "Stalled", "status": "False", "observedGeneration": 1, "lastTransitionTime": "2026-12-07T01:56:14Z", "reason": "Succeeded", "message": "the run has not failed"}]}}`
+   {"type": "Finished", "status": "True", "observedGeneration": 1, "lastTransitionTime": "2026-12-07T01:56:14Z", "reason": "Succeeded", "message": "the run ended Succeeded (Done): the agent ended the session with DONE"}]}}`
 
 // runObject decodes a run as the API server does (integers as int64) and
 // fills in the CRD's defaults; edit then changes it.
