@@ -199,6 +199,10 @@ unit: ## Run every test that needs no API server, without the race detector: the
 bench-operator: k8s ## Operator benchmark: 200 rigs, 1,000 runs on envtest, then the same work as Indexed Jobs run by kube-controller-manager's Job controller.
 	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh --print) $(GO) test -tags bench -v -run '^TestBenchOperator$$' -count=1 -timeout 30m ./test/bench/
 
+.PHONY: bench-writes
+bench-writes: k8s ## What one write of each kind a run or a Job makes costs an idle kube-apiserver (AgentRun and Job creates and status writes, rig status, Lease, Event).
+	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh --print) $(GO) test -tags bench -v -run '^TestBenchWriteCosts$$' -count=1 -timeout 10m ./test/bench/
+
 .PHONY: bench-dev
 bench-dev: k8s ## Dev-cluster side by side: 20 rigs × 5 sessions as AgentRuns, then as Indexed Jobs of the same loop pods, on the real scheduler, Job controller and rignode.
 	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh --print) $(GO) test -tags bench -v -run '^TestBenchDevCluster$$' -count=1 -timeout 30m ./test/devbench/
