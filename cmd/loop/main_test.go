@@ -205,6 +205,29 @@ func TestRigUnavailable(t *testing.T) {
 	}
 }
 
+// A rig that answers "Hardware not set up" ends the session in its first
+// turn, STUCK and retryable with exit reason rig_not_ready (the operator
+// retries it for free once the rig is Ready), and the model is not asked
+// again: five turns of errors would only burn a counted attempt.
+func TestRigNotSetUp(t *testing.T) {
+	model := pt.OpenAI(uniq(step(note, peek), closing("DONE")))
+	defer model.Close()
+	r := rigtest.New()
+	r.PhysiClaw = true
+	r.NotSetUp.Store(true)
+	defer r.Close()
+	code, b, m, stderr, err := runInProcess(loopEnv(t, model.URL, r.Endpoint()))
+	if code != contract.ExitStuck || err != nil || m.ExitReason != contract.ReasonRigNotReady || !m.Retryable || m.Turns != 1 {
+		t.Fatalf("exit %d message %s (%v) stderr %s; want exit 12, rig_not_ready, retryable, 1 turn", code, b, err, stderr)
+	}
+	if !strings.Contains(m.Recap, "Hardware not set up") {
+		t.Errorf("recap %q does not quote the rig", m.Recap)
+	}
+	if n := model.Requests(); n != 1 {
+		t.Errorf("the model was asked %d times, want 1", n)
+	}
+}
+
 // runInProcess runs the loop in this process with env (KEY=value entries)
 // and returns its exit code, its termination log, that log decoded, stderr,
 // and the decoding error.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/engine/events"
+	"github.com/clawfarm/clawfarm/internal/rig/wire"
 )
 
 // Renderer turns the loop's event stream (internal/engine/events: one JSON
@@ -349,15 +350,19 @@ func resultString(ev *events.Event) string {
 	case ev.Tool == contract.ToolEndSession:
 		return "" // the done line that follows says it
 	}
-	verdict := ""
+	// The verdict is the event's, else (a trace of an older loop) read from
+	// the text before the listing; the listing is the phone's own text.
+	v := wire.Verdict(ev.Verdict)
+	if v == wire.None {
+		v = wire.VerdictOf(wire.First(ev.Text))
+	}
+	verdict := map[wire.Verdict]string{wire.Changed: "screen changed", wire.Unchanged: "no visible change"}[v]
+	if i := strings.Index(first, " | "); i >= 0 && verdict != "" {
+		first = first[:i] // PhysiClaw's one line: the action, then the verdict and the hint
+	}
 	elements := 0
 	for line := range strings.SplitSeq(ev.Text, "\n") {
-		switch {
-		case line == "screen: changed":
-			verdict = "screen changed"
-		case line == "screen: no visible change":
-			verdict = "no visible change"
-		case isListingRow(line):
+		if isListingRow(line) {
 			elements++
 		}
 	}

@@ -249,3 +249,35 @@ func TestRenderOTelTraceID(t *testing.T) {
 		t.Errorf("rendered:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// A gesture in PhysiClaw's one-line form reads as its verdict, from the
+// event's own verdict or, in a trace without one, from the text before the
+// listing; a listing row that shows the verdict's words is not the verdict.
+func TestRenderPhysiClawResults(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	at := time.Date(2026, 12, 7, 18, 0, 0, 0, time.UTC)
+	em := events.NewEmitter(&buf, redact.New(), func() time.Time { at = at.Add(time.Second); return at })
+	args := func(v any) json.RawMessage { b, _ := json.Marshal(v); return b }
+	listing := "\nid [kind] \"label\" [left,top,right,bottom] conf\n0 [text] \"screen: changed\" [0.100,0.200,0.300,0.250] 0.99"
+	for i, c := range []struct{ text, verdict string }{
+		{"Tapped at bbox [0.41, 0.62, 0.58, 0.66] | screen: no visible change — look at the view" + listing, "unchanged"},
+		{"Tapped at bbox [0.41, 0.62, 0.58, 0.66] | screen: no visible change — look at the view" + listing, ""},
+		{"Tapped at bbox [0.41, 0.62, 0.58, 0.66] — look at the view" + listing, ""},
+	} {
+		turn := i + 1
+		em.Emit(events.ToolStart(turn, contract.ToolNote, "n", args(map[string]string{"summary": "tapping Wi-Fi"})))
+		em.Emit(events.ToolResult(turn, contract.ToolNote, "n", "noted", false, 0, false))
+		em.Emit(events.ToolStart(turn, contract.ToolTap, "t", args(map[string]any{"bbox": []float64{0.41, 0.62, 0.58, 0.66}})))
+		em.Emit(events.ToolResult(turn, contract.ToolTap, "t", c.text, false, 1, false).WithVerdict(c.verdict))
+	}
+	got := render(t, buf.Bytes(), false)
+	want := []string{
+		`t1   note: tapping Wi-Fi  →  tap [0.41,0.62,0.58,0.66]  →  no visible change`,
+		`t2   note: tapping Wi-Fi  →  tap [0.41,0.62,0.58,0.66]  →  no visible change`,
+		`t3   note: tapping Wi-Fi  →  tap [0.41,0.62,0.58,0.66]  →  "Tapped at bbox [0.41, 0.62, 0.58, 0.66] — look at the view"`,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("rendered\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

@@ -26,6 +26,11 @@ const (
 	ReasonMalformedTurns      ExitReason = "malformed_turns"
 	ReasonBudgetExhausted     ExitReason = "budget_exhausted"
 	ReasonRigUnavailable      ExitReason = "rig_unavailable"
+	// ReasonRigNotReady: the rig answered that its hardware is not set up
+	// (arm or camera missing, not calibrated). The rig's state, not the
+	// task's: the operator retries the attempt for free once the rig is
+	// Ready again (docs/rig-contract.md, "A rig that is not set up").
+	ReasonRigNotReady ExitReason = "rig_not_ready"
 	// ReasonMaxErrors: too many tool errors in a row (maxErrors, docs/engine.md, "Reading the loop").
 	ReasonMaxErrors ExitReason = "max_errors"
 	// ReasonContentFilter: the provider's content filter stopped a reply.

@@ -49,6 +49,8 @@ func (s *Session) dispatch(ctx context.Context, calls []provider.ToolCall) *Endi
 			case ending != nil: // the first failure decides
 			case errors.Is(err, rig.ErrUnavailable):
 				ending = stuck(contract.ReasonRigUnavailable, "stopped: "+err.Error())
+			case errors.Is(err, rig.ErrNotSetUp):
+				ending = stuck(contract.ReasonRigNotReady, "stopped: "+err.Error())
 			default:
 				ending = s.cancelled()
 			}
@@ -72,7 +74,7 @@ func (s *Session) dispatch(ctx context.Context, calls []provider.ToolCall) *Endi
 		if end != nil && ending == nil {
 			ending = end
 		}
-		s.emit(events.ToolResult(s.state.Turn, c.Name, c.ID, res.Text, res.IsError, len(res.Images), blocked))
+		s.emit(events.ToolResult(s.state.Turn, c.Name, c.ID, res.Text, res.IsError, len(res.Images), blocked).WithVerdict(string(res.Verdict)))
 		if c.Name != contract.ToolNote {
 			s.report() // the heartbeat: an action's result came back
 		}
@@ -145,7 +147,7 @@ func (s *Session) runCall(ctx context.Context, hc hooks.ToolCall, rawArgs string
 	if err != nil {
 		return hooks.ToolResult{}, false, false, nil, err
 	}
-	return hooks.ToolResult{Text: r.Text, Images: r.Images, IsError: r.IsError}, false, false, nil, nil
+	return hooks.ToolResult{Text: r.Text, Images: r.Images, IsError: r.IsError, Verdict: r.Verdict}, false, false, nil, nil
 }
 
 func (s *Session) toolNames() []string {

@@ -16,9 +16,9 @@ import (
 	"github.com/clawfarm/clawfarm/internal/engine/compaction"
 	"github.com/clawfarm/clawfarm/internal/engine/policies"
 	"github.com/clawfarm/clawfarm/internal/engine/snapshot"
-	"github.com/clawfarm/clawfarm/internal/engine/stuckguard"
 	"github.com/clawfarm/clawfarm/internal/provider"
 	"github.com/clawfarm/clawfarm/internal/rig"
+	"github.com/clawfarm/clawfarm/internal/rig/wire"
 	"github.com/clawfarm/clawfarm/internal/state"
 	pt "github.com/clawfarm/clawfarm/internal/testing/providertest"
 )
@@ -367,7 +367,7 @@ func (r *stillRig) Tools() []provider.ToolSpec {
 func (r *stillRig) Instructions() string { return "" }
 func (r *stillRig) Call(_ context.Context, name string, _ json.RawMessage) (rig.Result, error) {
 	r.taps++
-	return rig.Result{Text: "Tapped at bbox\n" + stuckguard.NoChange + "\nhint: nothing there"}, nil
+	return rig.Result{Text: "Tapped at bbox [0.8, 0.9, 0.9, 0.95] | " + wire.UnchangedText + " — nothing there", Verdict: wire.Unchanged}, nil
 }
 
 // The stuck guard in the loop: the same dead target warns at the 3rd press
@@ -388,6 +388,50 @@ func TestStuckGuardInTheLoop(t *testing.T) {
 	}
 	if still.taps != 4 {
 		t.Errorf("%d taps reached the phone, want 4", still.taps)
+	}
+}
+
+// The stuck guard reads the rig's verdict through the rig client, in both
+// forms a rig writes (PhysiClaw's one line, the older line each), and only
+// from the first text block: a listing that shows the verdict's words is the
+// phone's screen and trips nothing.
+func TestStuckGuardReadsTheWire(t *testing.T) {
+	for _, c := range []struct {
+		name                 string
+		physiclaw, unchanged bool
+		wantReached          int
+	}{
+		{"older form, no change", false, true, 4},
+		{"PhysiClaw form, no change", true, true, 4},
+		{"older form, a listing showing the verdict's words", false, false, 5},
+		{"PhysiClaw form, a listing showing the verdict's words", true, false, 5},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			steps := []pt.Step{step("planning", "update_progress", onePlan)}
+			for i := 0; i < 5; i++ {
+				steps = append(steps, step("tap send", "tap", `{"bbox":[0.8,0.9,0.9,0.95]}`))
+			}
+			h := newHarness(t, append(steps, end("STUCK"))...)
+			h.rig.PhysiClaw = c.physiclaw
+			h.rig.Unchanged.Store(c.unchanged)
+			h.rig.SetScreen(`0 [text] "screen: no visible change" [0.300,0.800,0.700,0.860] 0.97`)
+			withPolicies(t, h, openDir(t), nil, false)
+			h.run(context.Background())
+			taps := resultsFor(h.sess.Transcript(), "tap")
+			warned := strings.Contains(strings.Join(taps, "\n"), "warning: press")
+			if reached := int(h.rig.Calls()); reached != c.wantReached || warned != c.unchanged {
+				t.Fatalf("%d taps reached the rig (want %d), warned %v (want %v): %q", reached, c.wantReached, warned, c.unchanged, taps)
+			}
+			for _, ev := range h.events("tool_result") {
+				want := "changed"
+				if c.unchanged {
+					want = "unchanged"
+				}
+				if ev.Tool == "tap" && !ev.Blocked && ev.Verdict != want {
+					t.Errorf("tool_result event verdict %q, want %q", ev.Verdict, want)
+				}
+			}
+		})
 	}
 }
 

@@ -175,8 +175,11 @@ func (s *Session) endTool(span trace.Span, isError, blocked bool, err error) {
 	switch {
 	case err != nil:
 		class := "canceled"
-		if errors.Is(err, rig.ErrUnavailable) {
+		switch {
+		case errors.Is(err, rig.ErrUnavailable):
 			class = string(contract.ReasonRigUnavailable)
+		case errors.Is(err, rig.ErrNotSetUp):
+			class = string(contract.ReasonRigNotReady)
 		}
 		span.SetAttributes(attrErrorType.String(class))
 		span.SetStatus(codes.Error, s.cfg.Redactor.String(err.Error()))

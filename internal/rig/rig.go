@@ -28,11 +28,18 @@ import (
 	"github.com/clawfarm/clawfarm/internal/clock"
 	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/provider"
+	"github.com/clawfarm/clawfarm/internal/rig/wire"
 )
 
 // ErrUnavailable means the rig stayed unreachable for the whole reconnect
 // window: the session ends STUCK with exit reason rig_unavailable.
 var ErrUnavailable = errors.New("rig unavailable")
+
+// ErrNotSetUp means the rig answered that its hardware is not set up (arm or
+// camera not connected, not calibrated): no call can work until a person
+// finishes the set-up, so the session ends with exit reason rig_not_ready,
+// which the operator treats as the infrastructure's failure, not the task's.
+var ErrNotSetUp = errors.New("the rig's hardware is not set up")
 
 // Defaults of the client (docs/rig-contract.md, "What the loop does when the
 // rig errors or disconnects"). They are ours: a rig promises only that it
@@ -171,6 +178,12 @@ type Result struct {
 	Text    string
 	Images  []*provider.Image
 	IsError bool
+	// Verdict is what the first text block says of the screen after a
+	// gesture (wire.None for a look, an error, or a gesture whose frames
+	// could not be compared).
+	Verdict wire.Verdict
+	// first is the first text block, the only one read for busy and not set up.
+	first string
 }
 
 // Client is a connection to one rig.
@@ -295,7 +308,8 @@ func (c *Client) drop(s *mcp.ClientSession) {
 }
 
 // Call runs one rig tool. Tool failures come back as an error Result for the
-// model to read; the returned error is only ErrUnavailable or the context's.
+// model to read; the returned error is only ErrUnavailable, ErrNotSetUp or
+// the context's.
 func (c *Client) Call(ctx context.Context, name string, args json.RawMessage) (Result, error) {
 	attrs := append([]attribute.KeyValue{
 		attribute.String("mcp.method.name", "tools/call"), attribute.String("gen_ai.tool.name", name),
@@ -308,8 +322,11 @@ func (c *Client) Call(ctx context.Context, name string, args json.RawMessage) (R
 	switch {
 	case err != nil:
 		class := "canceled"
-		if errors.Is(err, ErrUnavailable) {
+		switch {
+		case errors.Is(err, ErrUnavailable):
 			class = "rig_unavailable"
+		case errors.Is(err, ErrNotSetUp):
+			class = "rig_not_ready"
 		}
 		span.SetAttributes(attribute.String("error.type", class))
 		span.SetStatus(codes.Error, err.Error())
@@ -357,7 +374,11 @@ func (c *Client) call(ctx context.Context, span trace.Span, name string, args js
 			// failed exchange (dropped connection, HTTP error) as "rejected by transport".
 			var werr *jsonrpc.Error
 			if errors.As(err, &werr) && werr.Code != codeRejected {
-				if isBusy(werr.Message) && busy < c.cfg.BusyRetries {
+				if wire.IsNotSetUp(werr.Message) {
+					span.AddEvent("rig not set up")
+					return Result{}, fmt.Errorf("%w: %s answered %s: %q", ErrNotSetUp, c.cfg.Endpoint, name, clip(werr.Message, 200))
+				}
+				if wire.IsBusy(werr.Message) && busy < c.cfg.BusyRetries {
 					span.AddEvent("rig busy: retrying")
 					if err := c.cfg.Sleep(ctx, c.cfg.BusyDelay); err != nil {
 						return Result{}, err
@@ -382,7 +403,11 @@ func (c *Client) call(ctx context.Context, span trace.Span, name string, args js
 				"the action may or may not have happened: look at the screen before you act again", name)}, nil
 		}
 		r := convert(res)
-		if r.IsError && isBusy(r.Text) && busy < c.cfg.BusyRetries {
+		if r.IsError && wire.IsNotSetUp(r.first) {
+			span.AddEvent("rig not set up")
+			return r, fmt.Errorf("%w: %s answered %s: %q", ErrNotSetUp, c.cfg.Endpoint, name, clip(r.first, 200))
+		}
+		if r.IsError && wire.IsBusy(r.first) && busy < c.cfg.BusyRetries {
 			span.AddEvent("rig busy: retrying")
 			if err := c.cfg.Sleep(ctx, c.cfg.BusyDelay); err != nil {
 				return Result{}, err
@@ -396,7 +421,13 @@ func (c *Client) call(ctx context.Context, span trace.Span, name string, args js
 // codeRejected is the MCP SDK's "rejected by transport" code (jsonrpc2.ErrRejected).
 const codeRejected = -32005
 
-func isBusy(msg string) bool { return strings.Contains(strings.ToLower(msg), "busy") }
+func clip(s string, n int) string {
+	s = strings.TrimSpace(s)
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
 
 func convert(res *mcp.CallToolResult) Result {
 	r := Result{IsError: res.IsError}
@@ -419,5 +450,11 @@ func convert(res *mcp.CallToolResult) Result {
 		}
 	}
 	r.Text = strings.Join(texts, "\n")
+	if len(texts) > 0 {
+		r.first = texts[0]
+	}
+	if !r.IsError {
+		r.Verdict = wire.VerdictOf(r.first)
+	}
 	return r
 }

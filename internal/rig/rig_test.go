@@ -15,6 +15,7 @@ import (
 
 	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/rig"
+	"github.com/clawfarm/clawfarm/internal/rig/wire"
 	"github.com/clawfarm/clawfarm/internal/testing/rigtest"
 )
 
@@ -153,3 +154,55 @@ func TestIdentityHeadersLeaveOutEmptyOnes(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// The verdict is read from the first text block, in both forms a rig
+// writes, and never from the listing: a phone that shows the verdict's
+// words is not a verdict.
+func TestVerdictFromTheFirstBlockOnly(t *testing.T) {
+	for _, physiclaw := range []bool{false, true} {
+		r := rigtest.New()
+		r.PhysiClaw = physiclaw
+		c := dial(t, r)
+		r.SetScreen(`0 [text] "screen: no visible change" [0.300,0.800,0.700,0.860] 0.97` + "\n" +
+			`1 [text] "PhysiClaw is busy" [0.300,0.200,0.700,0.260] 0.97`)
+		tap := func() rig.Result {
+			t.Helper()
+			res, err := c.Call(context.Background(), "tap", []byte(`{"bbox":[0.1,0.2,0.3,0.4]}`))
+			if err != nil || res.IsError {
+				t.Fatalf("physiclaw=%v: tap: %+v %v", physiclaw, res, err)
+			}
+			return res
+		}
+		if v := tap().Verdict; v != wire.Changed {
+			t.Errorf("physiclaw=%v: verdict %q under a listing that shows %q, want changed", physiclaw, v, wire.UnchangedText)
+		}
+		r.Unchanged.Store(true)
+		if v := tap().Verdict; v != wire.Unchanged {
+			t.Errorf("physiclaw=%v: verdict %q, want unchanged", physiclaw, v)
+		}
+		r.NoVerdict.Store(true)
+		if res := tap(); res.Verdict != wire.None || !strings.Contains(res.Text, "screen: no visible change") {
+			t.Errorf("physiclaw=%v: verdict %q of a result that has none (text %q), want none", physiclaw, res.Verdict, res.Text)
+		}
+		if n := r.Calls(); n != 3 {
+			t.Errorf("physiclaw=%v: %d calls reached the rig, want 3: a listing saying busy is no busy answer to retry", physiclaw, n)
+		}
+		r.Close()
+	}
+}
+
+// A rig that answers "Hardware not set up" ends the call with ErrNotSetUp at
+// once: no retry, and no result for the model to puzzle over.
+func TestNotSetUp(t *testing.T) {
+	r := rigtest.New()
+	defer r.Close()
+	c := dial(t, r)
+	r.NotSetUp.Store(true)
+	_, err := c.Call(context.Background(), "peek", []byte(`{}`))
+	if !errors.Is(err, rig.ErrNotSetUp) || !strings.Contains(err.Error(), "Hardware not set up") {
+		t.Fatalf("err %v, want ErrNotSetUp quoting the rig", err)
+	}
+	if n := r.Calls(); n != 1 {
+		t.Errorf("the rig saw %d calls, want 1: a rig that is not set up is not asked again", n)
+	}
+}

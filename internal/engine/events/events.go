@@ -72,6 +72,9 @@ type Event struct {
 	IsError bool            `json:"isError,omitempty"`
 	Images  int             `json:"images,omitempty"`
 	Blocked bool            `json:"blocked,omitempty"`
+	// Verdict of a gesture's tool_result: changed, unchanged, or absent
+	// (a look, an error, or frames that could not be compared).
+	Verdict string `json:"verdict,omitempty"`
 
 	// approval_requested, approval_answered: the policy and rule that held
 	// the call, the request's id, and the answer: who, approved or not,
@@ -189,6 +192,12 @@ func ToolResult(turn int, tool, callID, text string, isError bool, images int, b
 	}
 	return Event{Stream: StreamTool, Type: TypeToolResult, Turn: turn, Tool: tool, CallID: callID, Text: text,
 		IsError: isError, Images: images, Blocked: blocked}
+}
+
+// WithVerdict is the tool_result e with a gesture's verdict.
+func (e Event) WithVerdict(v string) Event {
+	e.Verdict = v
+	return e
 }
 
 // Error is a failure the loop handles (a retry, a corrective) or ends on.

@@ -15,6 +15,7 @@ import (
 	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/provider"
 	"github.com/clawfarm/clawfarm/internal/rig/listing"
+	"github.com/clawfarm/clawfarm/internal/rig/wire"
 )
 
 // Session describes a session at its start.
@@ -42,6 +43,9 @@ type ToolResult struct {
 	Text    string
 	Images  []*provider.Image
 	IsError bool
+	// Verdict is what a gesture's result said of the screen, read from its
+	// first text block only (internal/rig/wire).
+	Verdict wire.Verdict
 }
 
 // Decision is BeforeToolCall's answer. Block with a reason stops the call;

@@ -3,6 +3,9 @@
 // change draws a warning at the WarnAt-th press and is refused at the
 // RefuseAt-th; a cycle of 2 or 3 actions repeated over and over likewise. Its
 // counters reset when the plan step changes (a new step is a new attempt).
+// The verdict is the rig's first text block's (hooks.ToolResult.Verdict),
+// never text found anywhere in a result: a listing that shows the verdict's
+// words is the phone's screen, not the rig's word.
 package stuckguard
 
 import (
@@ -16,6 +19,7 @@ import (
 	"github.com/clawfarm/clawfarm/internal/engine"
 	"github.com/clawfarm/clawfarm/internal/engine/hooks"
 	"github.com/clawfarm/clawfarm/internal/engine/plan"
+	"github.com/clawfarm/clawfarm/internal/rig/wire"
 )
 
 // The numbers (docs/rig-contract.md: the third press that changes nothing
@@ -26,9 +30,6 @@ const (
 	// HistoryLen is how many recent actions are kept for cycle detection.
 	HistoryLen = 3 * RefuseAt
 )
-
-// NoChange is the rig's verdict for a gesture that changed nothing (docs/rig-contract.md, "What comes back").
-const NoChange = "screen: no visible change"
 
 // Guard is the policy over a session's state.
 type Guard struct {
@@ -99,15 +100,18 @@ func (g *Guard) ToolResultPersist(_ context.Context, c hooks.ToolCall, r *hooks.
 	}
 	st := g.sync()
 	key := Target(c.Name, c.Args)
-	if strings.Contains(r.Text, NoChange) {
+	switch r.Verdict {
+	case wire.Unchanged:
 		st.NoChange[key]++
 		if n := st.NoChange[key]; n >= WarnAt {
 			r.Text += fmt.Sprintf("\nwarning: press %d of the same target with no screen change; press %d will be refused. "+
 				"Look again, aim elsewhere or try another way.", n, RefuseAt)
 		}
-	} else {
+	case wire.Changed:
 		clear(st.NoChange) // the screen moved: a fresh start
 	}
+	// No verdict (frames that could not be compared) says nothing either
+	// way: the count stands.
 	_, before := cycle(st.History)
 	st.History = append(st.History, key)
 	if len(st.History) > HistoryLen {

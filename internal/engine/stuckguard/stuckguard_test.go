@@ -8,6 +8,7 @@ import (
 
 	"github.com/clawfarm/clawfarm/internal/engine"
 	"github.com/clawfarm/clawfarm/internal/engine/hooks"
+	"github.com/clawfarm/clawfarm/internal/rig/wire"
 )
 
 // press runs one gesture through the guard: refused, or its result (with any warning).
@@ -16,9 +17,9 @@ func press(g *Guard, name, args string, changed bool) (blocked bool, text string
 	if d := g.BeforeToolCall(context.Background(), c); d.Block {
 		return true, d.Reason
 	}
-	r := hooks.ToolResult{Text: "Tapped\nscreen: changed"}
+	r := hooks.ToolResult{Text: "Tapped\nscreen: changed", Verdict: wire.Changed}
 	if !changed {
-		r.Text = "Tapped\n" + NoChange
+		r.Text, r.Verdict = "Tapped\n"+wire.UnchangedText, wire.Unchanged
 	}
 	g.ToolResultPersist(context.Background(), c, &r)
 	return false, r.Text

@@ -35,12 +35,23 @@ type Rig struct {
 	// Busy makes the next n gesture calls answer "busy, retry".
 	Busy atomic.Int32
 	// Fail makes every call of the named tool return an error result.
-	Fail   sync.Map
-	calls  atomic.Int64
-	mu     sync.Mutex
-	log    []string
-	screen string // the listing rows every call returns (SetScreen)
-	down   atomic.Bool
+	Fail sync.Map
+	// PhysiClaw makes results take the real server's form: the first text
+	// block one line, "<action> | <verdict> — <hint>", then the JPEG, then
+	// the listing as a text block of its own. Otherwise (the older form)
+	// one text block holds the action, the verdict and the listing, line by
+	// line. Set it before the first call.
+	PhysiClaw bool
+	// Unchanged makes results say "screen: no visible change"; NoVerdict
+	// makes them say no verdict at all (frames that could not be compared).
+	Unchanged, NoVerdict atomic.Bool
+	// NotSetUp makes every call answer as a PhysiClaw rig that is not set up.
+	NotSetUp atomic.Bool
+	calls    atomic.Int64
+	mu       sync.Mutex
+	log      []string
+	screen   string // the listing rows every call returns (SetScreen)
+	down     atomic.Bool
 }
 
 // New starts a fake rig.
@@ -116,6 +127,9 @@ func (r *Rig) handle(name string, args json.RawMessage) *mcp.CallToolResult {
 	r.mu.Lock()
 	r.log = append(r.log, strings.TrimSpace(name+" "+string(args)))
 	r.mu.Unlock()
+	if r.NotSetUp.Load() {
+		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "Error executing tool " + name + ": Hardware not set up. Run /setup to connect and calibrate."}}}
+	}
 	if _, fail := r.Fail.Load(name); fail {
 		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: name + " failed: the stylus did not reach the screen"}}}
 	}
@@ -125,7 +139,25 @@ func (r *Rig) handle(name string, args json.RawMessage) *mcp.CallToolResult {
 	if rows == "" {
 		rows = `0 [text] "Settings" [0.510,0.550,0.590,0.630] 0.96`
 	}
-	text := fmt.Sprintf("%s done (call %d)\nscreen: changed\n%s\n%s", name, n, listing.Header, rows)
+	verdict := "screen: changed"
+	if r.Unchanged.Load() {
+		verdict = "screen: no visible change"
+	}
+	if r.PhysiClaw {
+		first := fmt.Sprintf("%s done (call %d) | %s — look at the attached view", name, n, verdict)
+		if r.NoVerdict.Load() {
+			first = fmt.Sprintf("%s done (call %d) — look at the attached view", name, n)
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{
+			&mcp.TextContent{Text: first},
+			&mcp.ImageContent{MIMEType: "image/jpeg", Data: r.JPEG},
+			&mcp.TextContent{Text: listing.Header + "\n" + rows},
+		}}
+	}
+	if r.NoVerdict.Load() {
+		verdict = "hint: look at the attached view"
+	}
+	text := fmt.Sprintf("%s done (call %d)\n%s\n%s\n%s", name, n, verdict, listing.Header, rows)
 	return &mcp.CallToolResult{Content: []mcp.Content{
 		&mcp.TextContent{Text: text},
 		&mcp.ImageContent{MIMEType: "image/jpeg", Data: r.JPEG},
