@@ -103,6 +103,15 @@ func (r *Reconciler) advance(ctx context.Context, run *farmv1.AgentRun, w world,
 			fmt.Sprintf("attempt %d waits for rig %s, which is %s", attempt.Next(st).Attempt, w.rig.Name, p))
 		return wakeAt(earliest(wake, since.Add(r.Config.rigNotReadyGrace()))), nil
 	}
+	if at, ok := waitsForProbe(run, w.rig, w.now); ok {
+		// The last attempt found the rig not set up; the rig's status may
+		// not know yet. Its controller probes it at once (devicerig,
+		// notsetup.go); a NotReady answer then holds the run above.
+		st.Phase = farmv1.RunRetrying
+		conditions.Unknown(&st.Conditions, gen, farmv1.ConditionSucceeded, farmv1.ReasonRigNotReady,
+			fmt.Sprintf("attempt %d waits for rig %s to be probed again: the last attempt found its hardware not set up", attempt.Next(st).Attempt, w.rig.Name))
+		return wakeAt(earliest(wake, at)), nil
+	}
 	if t := st.NextAttemptTime; t != nil && w.now.Before(t.Time) {
 		// Back off before a fresh attempt, holding the rig: the retry is meant
 		// for this phone, in the state the last attempt left it.
@@ -287,4 +296,23 @@ func notReadySince(rig *farmv1.DeviceRig, now time.Time) time.Time {
 		return c.LastTransitionTime.Time
 	}
 	return now
+}
+
+// probeWait bounds how long a run waits for its rig to be probed after an
+// attempt found it not set up; past it the next attempt starts on what the
+// rig's status says (a manager whose DeviceRig controller is elsewhere, or
+// slow).
+const probeWait = 30 * time.Second
+
+// waitsForProbe says whether the run's last attempt ended with the rig not
+// set up and the rig has not been probed since, and when to look again.
+func waitsForProbe(run *farmv1.AgentRun, rig *farmv1.DeviceRig, now time.Time) (time.Time, bool) {
+	ended := attempt.RigNotSetUpAt(run)
+	if ended.IsZero() {
+		return time.Time{}, false
+	}
+	if p := rig.Status.LastProbeTime; (p != nil && !p.Time.Before(ended)) || !now.Before(ended.Add(probeWait)) {
+		return time.Time{}, false
+	}
+	return earliest(now.Add(time.Second), ended.Add(probeWait)), true
 }

@@ -24,7 +24,8 @@ import (
 	"github.com/clawfarm/clawfarm/internal/nodestate"
 )
 
-// SetupWithManager registers the controller: rigs, and the nodes and Leases they depend on.
+// SetupWithManager registers the controller: rigs, the nodes and Leases they
+// depend on, and a run that found its rig not set up (notsetup.go).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
@@ -42,6 +43,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&farmv1.DeviceRig{}).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.rigsOnNode), builder.WithPredicates(nodestate.Changed)).
 		Watches(&coordinationv1.Lease{}, r.leaseEvents()).
+		Watches(&farmv1.AgentRun{}, notSetUpEvents()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.Config.MaxConcurrentReconciles)}).
 		Named("devicerig").
 		Complete(r)

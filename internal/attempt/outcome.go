@@ -186,6 +186,12 @@ func fromContainer(pod *corev1.Pod) Outcome {
 		}
 	}
 	o.Class, o.Counted = classOutcome(byCode)
+	if o.Class == farmv1.OutcomeStuck && o.Message != nil && o.Message.ExitReason == contract.ReasonRigNotReady {
+		// The rig answered that its hardware is not set up: the rig's
+		// state, not the task's. A free retry, once the rig is Ready again.
+		o.Class, o.Counted = farmv1.OutcomeInfrastructure, false
+		o.Explanation = "the rig's hardware is not set up (" + string(contract.ReasonRigNotReady) + "): " + clip(o.Message.Recap, 300)
+	}
 	if o.Class == farmv1.OutcomeBudget && o.Message != nil && o.Message.ExitReason != "" && o.Message.ExitReason != contract.ReasonBudgetExhausted {
 		// Exit 13 for another cause (a provider that refused the key, the
 		// account or the model): no fresh attempt can fix it.
@@ -373,4 +379,20 @@ func configError(pod *corev1.Pod) (container, reason, message string) {
 		}
 	}
 	return "", "", ""
+}
+
+// RigNotSetUpAt is when the run's last attempt ended because its rig
+// answered that its hardware is not set up (exit reason rig_not_ready), or
+// zero when it did not: the rig is then probed at once, and the next attempt
+// waits for that probe (docs/rig-contract.md, "A rig that is not set up").
+func RigNotSetUpAt(run *farmv1.AgentRun) time.Time {
+	as := run.Status.Attempts
+	if len(as) == 0 {
+		return time.Time{}
+	}
+	last := as[len(as)-1]
+	if last.ExitReason != string(contract.ReasonRigNotReady) || last.FinishTime == nil {
+		return time.Time{}
+	}
+	return last.FinishTime.Time
 }

@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/internal/contract"
 )
 
 func ended(phase corev1.PodPhase, code int32, msg string) *corev1.Pod {
@@ -374,5 +375,31 @@ func TestInitStepEndings(t *testing.T) {
 	if !done || o.Class != farmv1.OutcomeInvalidConfig || !strings.Contains(o.Explanation, "the own-state container cannot start (ErrImagePull)") ||
 		!strings.Contains(o.Explanation, "r/loop:v9: not found") {
 		t.Errorf("the init step's image not found: ended %v %+v", done, o)
+	}
+}
+
+// A loop that found its rig not set up ends STUCK with exit reason
+// rig_not_ready: the rig's state, not the task's, so a free retry that uses
+// no attempt, recorded so that the rig is probed before the next one.
+func TestRigNotSetUpIsAFreeRetry(t *testing.T) {
+	pod := ended(corev1.PodFailed, 12, `{"sentinel":"STUCK","recap":"stopped: the rig's hardware is not set up: Hardware not set up. Run /setup to connect and calibrate.","exitReason":"rig_not_ready","retryable":true,"turns":1}`)
+	o := mustClassify(t, pod)
+	if o.Class != farmv1.OutcomeInfrastructure || o.Counted || !strings.Contains(o.Explanation, "Hardware not set up") {
+		t.Fatalf("outcome %+v, want an uncounted infrastructure failure quoting the rig", o)
+	}
+	run := &farmv1.AgentRun{Spec: farmv1.AgentRunSpec{Limits: farmv1.RunLimits{MaxAttempts: 1}}}
+	now := time.Now()
+	rec := Record(pod, 1, 0, o, now)
+	v := Apply(run, rec, o)
+	if v.Phase != farmv1.RunRetrying || rec.Counted || rec.ExitReason != string(contract.ReasonRigNotReady) {
+		t.Fatalf("verdict %+v, record %+v: want a free retry recorded with exit reason rig_not_ready, even at maxAttempts 1", v, rec)
+	}
+	run.Status.Attempts = append(run.Status.Attempts, rec)
+	if at := RigNotSetUpAt(run); !at.Equal(rec.FinishTime.Time) {
+		t.Errorf("RigNotSetUpAt %v, want the attempt's finish %v", at, rec.FinishTime)
+	}
+	stuck := ended(corev1.PodFailed, 12, `{"sentinel":"STUCK","recap":"r","exitReason":"rig_unavailable","retryable":true}`)
+	if o := mustClassify(t, stuck); o.Class != farmv1.OutcomeStuck || !o.Counted {
+		t.Errorf("a rig that stayed unreachable: %+v, want a counted STUCK as before", o)
 	}
 }
