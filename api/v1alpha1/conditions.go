@@ -54,6 +54,12 @@ const (
 	ConditionNodeReady         = "NodeReady"
 	ConditionEndpointReachable = "EndpointReachable"
 	ConditionCalibrated        = "Calibrated"
+	// ConditionBridgeConnected is whether the phone's bridge page polls the
+	// rig: it carries screenshots and confirms the clipboard, and is false
+	// whenever the page is in the background (during a task, too). It gates
+	// nothing; a screenshot or clipboard call may fail while it is False,
+	// and the loop reads those errors.
+	ConditionBridgeConnected = "BridgeConnected"
 )
 
 // Stable reasons of AgentRun conditions.
@@ -208,6 +214,16 @@ const (
 	ReasonHealthNotReady = "HealthNotReady"
 	ReasonCalibrated     = "Calibrated"
 	ReasonNotCalibrated  = "NotCalibrated"
+	// ReasonNotSetUp: the rig answers, and says it is not ready: a set-up
+	// step is missing, or arm or camera is not connected.
+	ReasonNotSetUp = "NotSetUp"
+	// ReasonBridgePolling and ReasonBridgeIdle are BridgeConnected's.
+	ReasonBridgePolling = "BridgePolling"
+	ReasonBridgeIdle    = "BridgeIdle"
+	// ReasonRigRefusedHost: the rig's server answered 421 or 403: it
+	// accepts only a loopback Host and no foreign Origin, so the endpoint
+	// must be the rig gateway in front of it, not the server itself.
+	ReasonRigRefusedHost = "RigRefusedHost"
 	ReasonUnknown        = "Unknown"
 	ReasonRigReady       = "RigReady"
 	ReasonMaintenance    = "Maintenance"

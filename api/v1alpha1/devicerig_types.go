@@ -113,15 +113,32 @@ const (
 // InUse by one.
 func (p RigPhase) Serving() bool { return p == RigReady || p == RigInUse }
 
-// RigHealth is the last health report of the rig (GET /api/status).
+// RigHealth is the last health report of the rig (GET /api/status): the
+// rig server's own booleans, and the set-up steps it reports done
+// (docs/rig-contract.md, "Health route").
 type RigHealth struct {
-	Arm           bool `json:"arm"`
-	Camera        bool `json:"camera"`
-	Bridge        bool `json:"bridge"`
-	Calibrated    bool `json:"calibrated"`
-	OriginPinned  bool `json:"origin_pinned"`
+	Arm    bool `json:"arm"`
+	Camera bool `json:"camera"`
+	// Bridge is true while the phone's bridge page polls the rig. It is
+	// false during a task and whenever that page is in the background, so
+	// it gates nothing: the BridgeConnected condition reports it.
+	Bridge       bool `json:"bridge"`
+	Calibrated   bool `json:"calibrated"`
+	OriginPinned bool `json:"origin_pinned"`
+	// Ready is the rig server's own verdict: set up and calibrated.
 	Ready         bool `json:"ready"`
 	LayoutLearned bool `json:"layout_learned"`
+	// StepsDone are the set-up steps the rig reports done, in set-up order
+	// (viewport_shift, rotation, mapping_a, mapping_b, focus, validated,
+	// alignment, assistive_touch).
+	// +kubebuilder:validation:MaxItems=32
+	// +optional
+	StepsDone []string `json:"stepsDone,omitempty"`
+	// AssistiveTouch is where the rig calibrated its AssistiveTouch button,
+	// as it reports it ("(0.900, 0.880)", screen fractions).
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	AssistiveTouch string `json:"assistiveTouch,omitempty"`
 }
 
 // DeviceRigStatus is what the operator observed of the rig.
@@ -143,7 +160,8 @@ type DeviceRigStatus struct {
 	// rig this moves about once every 5 minutes, not at every probe.
 	// +optional
 	LastProbeTime *metav1.Time `json:"lastProbeTime,omitempty"`
-	// Conditions: Ready, NodeReady, EndpointReachable, Calibrated, and
+	// Conditions: Ready, NodeReady, EndpointReachable, Calibrated,
+	// BridgeConnected (reported, gates nothing), and
 	// Stalled, which kstatus reads: True while the rig is NotReady or Offline
 	// (the reason and message are Ready's), False otherwise.
 	// +listType=map

@@ -95,14 +95,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	nodeReady, nodeReason, nodeMsg := r.nodeState(ctx, rig.Spec.NodeName)
 	conditions.Set(&st.Conditions, gen, farmv1.ConditionNodeReady, status(nodeReady), nodeReason, nodeMsg)
 
-	// 3. Its health route, at most every probe interval (probe.go).
-	probed, lastProbe := r.probeIfDue(ctx, &rig, now)
-
-	// 4. The Lease: who holds the rig. A Lease whose run is gone is released (lease.go).
+	// 3. The Lease: who holds the rig. A Lease whose run is gone is released (lease.go).
 	holder, err := r.holder(ctx, &rig)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+
+	// 4. Its health route, at most every probe interval (probe.go), and at
+	// once when the run holding it found it not set up (notsetup.go).
+	asked := r.probeAsked(ctx, &rig, holder, r.lastProbe(req.NamespacedName, st.LastProbeTime))
+	probed, lastProbe := r.probeIfDue(ctx, &rig, now, holder != "", asked)
 
 	// 5. Ready and phase, derived from the conditions and the Lease.
 	st.Phase, st.ObservedGeneration = r.phase(&rig, holder), gen
@@ -135,7 +137,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	next := lastProbe.Add(r.Config.ProbeInterval).Sub(r.Clock.Now()) // lastProbe is set: a probe is never due past this point
 	changed := !equality.Semantic.DeepEqual(before, st)
 	switch {
-	case probed && (changed || due(st.LastProbeTime, now, r.recordInterval())):
+	case probed && (changed || asked || due(st.LastProbeTime, now, r.recordInterval())):
 		t := metav1.NewTime(now)
 		st.LastProbeTime = &t
 	case changed && !lastProbe.IsZero() && (st.LastProbeTime == nil || lastProbe.After(st.LastProbeTime.Time.Add(time.Second))):

@@ -34,8 +34,8 @@ func TestKstatusFollowsTheRig(t *testing.T) {
 
 	env.Health.Set(ns+"-rig", false)
 	env.WaitRig(t, ns, "rig", func(r *farmv1.DeviceRig) bool { return r.Status.Phase == farmv1.RigNotReady })
-	if s := kstatusOf(t, ns, "rig"); s.Status != status.FailedStatus || !strings.Contains(s.Message, "calibrated=false") {
-		t.Errorf("a NotReady rig: kstatus %s (%s), want Failed with its health flags", s.Status, s.Message)
+	if s := kstatusOf(t, ns, "rig"); s.Status != status.FailedStatus || !strings.Contains(s.Message, "arm=false") {
+		t.Errorf("a NotReady rig: kstatus %s (%s), want Failed saying what is missing", s.Status, s.Message)
 	}
 	env.Health.Set(ns+"-rig", true)
 	env.WaitRig(t, ns, "rig", func(r *farmv1.DeviceRig) bool { return r.Status.Phase == farmv1.RigReady })

@@ -2,12 +2,15 @@ package devicerig
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/internal/conditions"
+	"github.com/clawfarm/clawfarm/internal/contract"
 )
 
 // phase is the rig's phase from its conditions, and InUse while holder
@@ -32,11 +35,38 @@ func (r *Reconciler) phase(rig *farmv1.DeviceRig, holder string) farmv1.RigPhase
 	return farmv1.RigReady
 }
 
-// healthy: a rig is usable only when arm, camera, bridge, calibrated,
-// origin_pinned and ready are all true (docs/rig-contract.md); layout_learned
-// is recorded in the status but not required.
+// healthy: a rig is usable when the rig server says it is ready, with its arm
+// and camera connected (docs/rig-contract.md, "Health route"); calibrated and
+// origin_pinned are the Calibrated condition's. bridge gates nothing: it is
+// false whenever the phone's bridge page is in the background, during every
+// task too. layout_learned is recorded, not required.
 func healthy(h *farmv1.RigHealth) bool {
-	return h.Arm && h.Camera && h.Bridge && h.Calibrated && h.OriginPinned && h.Ready
+	return h.Arm && h.Camera && h.Ready
+}
+
+// notSetUp says what a person must do for a rig whose health is not
+// healthy: the first of arm, camera, the set-up steps it has not done, and
+// the rig's own ready.
+func notSetUp(h *farmv1.RigHealth) string {
+	switch {
+	case !h.Arm:
+		return "the rig reports no stylus arm (arm=false): connect the arm and run the rig's set-up (/setup)"
+	case !h.Camera:
+		return "the rig reports no camera (camera=false): connect the camera and run the rig's set-up (/setup)"
+	}
+	for _, s := range contract.SetUpSteps {
+		if !slices.Contains(h.StepsDone, s.Key) {
+			return fmt.Sprintf("set-up step %s is not done: %s on the rig's /setup page (done: %s)", s.Key, s.Todo, doneList(h.StepsDone))
+		}
+	}
+	return "the rig has not declared itself ready (ready=false) though every set-up step is done: finish the set-up on its /setup page, or restart its server with --warm-start"
+}
+
+func doneList(steps []string) string {
+	if len(steps) == 0 {
+		return "none"
+	}
+	return strings.Join(steps, ", ")
 }
 
 func readyReason(rig *farmv1.DeviceRig) string {
@@ -50,6 +80,8 @@ func readyReason(rig *farmv1.DeviceRig) string {
 		return farmv1.ReasonProbeFailed
 	case !conditions.IsTrue(st.Conditions, farmv1.ConditionCalibrated):
 		return farmv1.ReasonNotCalibrated
+	case st.Health != nil && !healthy(st.Health):
+		return farmv1.ReasonNotSetUp
 	}
 	return farmv1.ReasonHealthNotReady
 }
@@ -65,8 +97,7 @@ func readyMessage(rig *farmv1.DeviceRig, holder string) string {
 		}
 	}
 	if h := st.Health; h != nil && !healthy(h) {
-		return fmt.Sprintf("health: arm=%v camera=%v bridge=%v calibrated=%v origin_pinned=%v ready=%v",
-			h.Arm, h.Camera, h.Bridge, h.Calibrated, h.OriginPinned, h.Ready)
+		return notSetUp(h)
 	}
 	if holder != "" {
 		return "in use by run " + holder

@@ -21,6 +21,7 @@ import (
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/internal/conditions"
+	"github.com/clawfarm/clawfarm/internal/contract"
 )
 
 // lastProbe is when the rig was last probed: by this manager if it has,
@@ -69,17 +70,38 @@ func (r *Reconciler) probe(ctx context.Context, rig *farmv1.DeviceRig) (*farmv1.
 		return nil, fmt.Errorf("probe rig %s: GET %s answered %s (to %q); redirects are not followed: set endpoint.healthURL to the route itself",
 			rig.Name, u, resp.Status, resp.Header.Get("Location"))
 	}
-	if resp.StatusCode != http.StatusOK {
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusMisdirectedRequest, http.StatusForbidden:
+		return nil, refusedHost{fmt.Errorf("probe rig %s: GET %s answered %s: the rig's server accepts only a loopback Host "+
+			"and no foreign Origin (PhysiClaw answers 421 and 403 so), so the manager cannot reach it directly; put the rig "+
+			"gateway (rignode gateway) beside it on the rig host and set spec.endpoint.url to the gateway's /rigs/<namespace>/<name>/mcp "+
+			"(docs/rig-contract.md, \"The rig gateway\")", rig.Name, u, resp.Status)}
+	default:
 		return nil, fmt.Errorf("probe rig %s: GET %s answered %s", rig.Name, u, resp.Status)
 	}
-	var h farmv1.RigHealth
-	if err := json.Unmarshal(body, &h); err != nil {
+	var s contract.RigStatus
+	if err := json.Unmarshal(body, &s); err != nil {
 		// Nothing of the answer is echoed: the status is world-readable to
 		// whoever may read rigs, and the answer may come from anywhere.
 		return nil, fmt.Errorf("probe rig %s: GET %s did not answer the PhysiClaw status JSON (%d bytes of %s)",
 			rig.Name, u, len(body), orNone(resp.Header.Get("Content-Type")))
 	}
-	return &h, nil
+	return &farmv1.RigHealth{Arm: s.Arm, Camera: s.Camera, Bridge: s.Bridge, Calibrated: s.Calibrated,
+		OriginPinned: s.OriginPinned, Ready: s.Ready, LayoutLearned: s.LayoutLearned,
+		StepsDone: s.StepsDone(), AssistiveTouch: clip(s.AssistiveTouchAt(), 64)}, nil
+}
+
+// refusedHost is a probe the rig's server refused for its Host or Origin header.
+type refusedHost struct{ error }
+
+func (e refusedHost) Unwrap() error { return e.error }
+
+func clip(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
 }
 
 // maxHealthBody is the most of a health answer the manager reads.
@@ -174,18 +196,22 @@ func healthURL(rig *farmv1.DeviceRig) string {
 	if err != nil {
 		return rig.Spec.Endpoint.URL
 	}
-	return (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: "/api/status"}).String()
+	return (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: contract.RigStatusPath}).String()
 }
 
 // probeIfDue asks the rig's health route when a probe is due (every
 // Config.ProbeInterval) and sets the health, EndpointReachable and
-// Calibrated conditions from the answer. It says whether it probed, and when
-// the rig was last probed (now, if it did).
-func (r *Reconciler) probeIfDue(ctx context.Context, rig *farmv1.DeviceRig, now time.Time) (probed bool, last time.Time) {
+// Calibrated conditions from the answer; now, whatever the interval, when
+// asked. It says whether it probed, and when the rig was last probed (now, if
+// it did). While a run holds the rig (inUse), the bridge's reading stands as
+// it was: the phone's bridge page stops polling whenever a task drives the
+// phone, so a false then says nothing, and writing it would cost every
+// session two status writes.
+func (r *Reconciler) probeIfDue(ctx context.Context, rig *farmv1.DeviceRig, now time.Time, inUse, asked bool) (probed bool, last time.Time) {
 	key := client.ObjectKeyFromObject(rig)
 	st, gen := &rig.Status, rig.Generation
 	last = r.lastProbe(key, st.LastProbeTime)
-	if !last.IsZero() && now.Before(last.Add(r.Config.ProbeInterval)) {
+	if !asked && !last.IsZero() && now.Before(last.Add(r.Config.ProbeInterval)) {
 		return false, last
 	}
 	health, err := r.probe(ctx, rig)
@@ -193,18 +219,38 @@ func (r *Reconciler) probeIfDue(ctx context.Context, rig *farmv1.DeviceRig, now 
 	if err != nil {
 		probeFailures.WithLabelValues(rig.Namespace, rig.Name).Inc()
 		st.Health = nil
-		conditions.False(&st.Conditions, gen, farmv1.ConditionEndpointReachable, farmv1.ReasonProbeFailed, err.Error())
+		reason := farmv1.ReasonProbeFailed
+		if errors.As(err, new(refusedHost)) {
+			reason = farmv1.ReasonRigRefusedHost
+		}
+		conditions.False(&st.Conditions, gen, farmv1.ConditionEndpointReachable, reason, err.Error())
 		conditions.Unknown(&st.Conditions, gen, farmv1.ConditionCalibrated, farmv1.ReasonUnknown, "the health route did not answer")
+		conditions.Unknown(&st.Conditions, gen, farmv1.ConditionBridgeConnected, farmv1.ReasonUnknown, "the health route did not answer")
 		log.FromContext(ctx).V(1).Info("probe failed", "rig", rig.Name, "reason", farmv1.ReasonProbeFailed, "error", err.Error())
 		return true, now
 	}
+	if prev := st.Health; inUse && prev != nil {
+		health.Bridge = prev.Bridge
+	}
 	st.Health = health
 	conditions.True(&st.Conditions, gen, farmv1.ConditionEndpointReachable, farmv1.ReasonProbeSucceeded, "GET "+healthURL(rig)+" answered")
-	if health.Calibrated && health.OriginPinned {
-		conditions.True(&st.Conditions, gen, farmv1.ConditionCalibrated, farmv1.ReasonCalibrated, "calibrated, origin pinned")
-	} else {
+	switch {
+	case !health.Calibrated:
+		conditions.False(&st.Conditions, gen, farmv1.ConditionCalibrated, farmv1.ReasonNotCalibrated, "not calibrated: "+notSetUp(health))
+	case !health.OriginPinned:
 		conditions.False(&st.Conditions, gen, farmv1.ConditionCalibrated, farmv1.ReasonNotCalibrated,
-			fmt.Sprintf("calibrated=%v origin_pinned=%v: calibrate the rig", health.Calibrated, health.OriginPinned))
+			"the arm's work frame is not pinned to the calibration (origin_pinned=false): restart the rig server with the arm at its park spot (--hot-start), or recalibrate")
+	default:
+		conditions.True(&st.Conditions, gen, farmv1.ConditionCalibrated, farmv1.ReasonCalibrated, "calibrated, origin pinned")
+	}
+	switch {
+	case inUse && conditions.Get(st.Conditions, farmv1.ConditionBridgeConnected) != nil:
+		// the reading before the session stands
+	case health.Bridge:
+		conditions.True(&st.Conditions, gen, farmv1.ConditionBridgeConnected, farmv1.ReasonBridgePolling, "the phone's bridge page polls the rig")
+	default:
+		conditions.False(&st.Conditions, gen, farmv1.ConditionBridgeConnected, farmv1.ReasonBridgeIdle,
+			"the phone's bridge page is not polling (in the background, or during a task): screenshot and clipboard calls may fail; nothing waits for it")
 	}
 	return true, now
 }

@@ -33,6 +33,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/internal/contract"
 )
 
 // Env is a running API server and etcd, with a client and a health route.
@@ -161,7 +162,7 @@ func (h *Health) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mu.Lock()
 	ok := !h.down[name]
 	h.mu.Unlock()
-	_ = json.NewEncoder(w).Encode(farmv1.RigHealth{Arm: ok, Camera: ok, Bridge: ok, Calibrated: ok,
+	_ = json.NewEncoder(w).Encode(contract.RigStatus{Arm: ok, Camera: ok, Bridge: ok, Calibrated: ok,
 		OriginPinned: ok, Ready: ok, LayoutLearned: ok})
 }
 
