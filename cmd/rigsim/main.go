@@ -45,7 +45,8 @@ func run(args []string) error {
 	offset := fs.String("tap-offset", "", "fault: constant touch offset dx,dy in screen fractions (a bumped rig), e.g. 0.03,0")
 	crash := fs.String("crash-app", "", "fault: this app crashes when a gesture next leaves it in the foreground")
 	hiccups := fs.Float64("camera-hiccups", 0, "fault: fraction of gestures that come back text-only")
-	busy := fs.Float64("busy", 0, "fault: fraction of calls refused with busy, retry")
+	noVerdict := fs.Float64("no-verdict", 0, "fault: fraction of gestures whose frames could not be compared (the view comes back, no verdict)")
+	busy := fs.Float64("busy", 0, "fault: fraction of calls refused as busy")
 	bridgeDown := fs.Bool("bridge-down", false, "fault: the phone bridge is down (screenshot fails, the clipboard is not confirmed)")
 	sessionIdle := fs.Duration("session-idle", 0, "the session ledger closes a session after this long without a tool call (default 10m, or the config's)")
 	if err := fs.Parse(args); err != nil {
@@ -105,6 +106,9 @@ func run(args []string) error {
 	if set["camera-hiccups"] {
 		f.CameraHiccups = *hiccups
 	}
+	if set["no-verdict"] {
+		f.NoVerdict = *noVerdict
+	}
 	if set["busy"] {
 		f.Busy = *busy
 	}
@@ -119,6 +123,9 @@ func run(args []string) error {
 	}
 	if *rigs < 1 {
 		return fmt.Errorf("--rigs=%d: want at least 1", *rigs)
+	}
+	if err := cfg.CheckFarm(*rigs); err != nil {
+		return fmt.Errorf("%w (--rigs=%d)", err, *rigs)
 	}
 	return serve(*listen, *rigs, *portPerRig, cfg)
 }

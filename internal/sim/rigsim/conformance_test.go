@@ -79,17 +79,15 @@ func TestToolsListMatchesTheRigContract(t *testing.T) {
 	if tx := prop("send_to_clipboard", "text"); tx["type"] != "string" || tx["minLength"] != 1.0 || tx["maxLength"] != 10000.0 {
 		t.Errorf("send_to_clipboard text = %v", tx)
 	}
+	// The steps are left to the sequence itself (a bad one is a FAIL line),
+	// as PhysiClaw's schema leaves them.
 	a := prop("sequence", "actions")
-	items, _ := a["items"].(map[string]any)
-	itemProps, _ := items["properties"].(map[string]any)
-	toolName, _ := itemProps["tool_name"].(map[string]any)
-	if a["type"] != "array" || a["minItems"] != 2.0 || a["maxItems"] != 5.0 || itemProps["arg"] == nil ||
-		!reflect.DeepEqual(enum(toolName), []any{"tap", "double_tap", "long_press", "swipe", "send_to_clipboard"}) {
-		t.Errorf("sequence actions = %v", a)
+	if a["type"] != "array" || a["minItems"] != 2.0 || a["maxItems"] != 5.0 || !reflect.DeepEqual(a["items"], map[string]any{"type": "object"}) {
+		t.Errorf("sequence actions = %v, want an array of 2 to 5 objects", a)
 	}
 
 	init := tr.cs.InitializeResult()
-	if init.ServerInfo.Name != "physiclaw" || !strings.Contains(init.Instructions, ListingHeader) || !strings.Contains(init.Instructions, "busy, retry") {
+	if init.ServerInfo.Name != "physiclaw" || !strings.Contains(init.Instructions, ListingHeader) || !strings.Contains(init.Instructions, "PhysiClaw is busy") {
 		t.Errorf("server %q instructions %q: want PhysiClaw's name and its doctrine", init.ServerInfo.Name, init.Instructions)
 	}
 }

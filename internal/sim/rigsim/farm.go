@@ -11,11 +11,13 @@ type Farm struct {
 	Rigs []*Rig
 }
 
-// NewFarm builds n rigs named rig-0, rig-1, … from one configuration; each gets its own seed stream.
+// NewFarm builds n rigs named rig-0, rig-1, … from one configuration; each gets its own seed stream,
+// and the settings cfg.Rigs gives it.
 func NewFarm(n int, cfg Config) *Farm {
 	f := &Farm{}
 	for i := 0; i < n; i++ {
-		f.Rigs = append(f.Rigs, New(fmt.Sprintf("rig-%d", i), cfg))
+		name := fmt.Sprintf("rig-%d", i)
+		f.Rigs = append(f.Rigs, New(name, cfg.forRig(name)))
 	}
 	return f
 }

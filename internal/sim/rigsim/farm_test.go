@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/internal/contract"
 )
 
 // Many rigs in one process, each under its own path, each with its own phone.
@@ -30,10 +30,51 @@ func TestFarmServesRigsByPath(t *testing.T) {
 	if s := zero.state(t); s.Foreground != "" {
 		t.Fatalf("rig-0 moved when rig-1 was tapped: %q", s.Foreground)
 	}
-	var st farmv1.RigHealth
+	var st contract.RigStatus
 	getJSON(t, srv.URL+"/rigs/rig-2/api/status", &st)
-	if !st.Ready {
+	if !st.Ready || !st.Bridge {
 		t.Fatalf("rig-2 status %+v", st)
+	}
+}
+
+// Each rig of a farm may have its AssistiveTouch button elsewhere: its status
+// reports that centre, its views draw the button there, and only its own
+// zone refuses a gesture.
+func TestFarmRigsHaveTheirOwnAssistiveTouch(t *testing.T) {
+	other := [4]float64{0.05, 0.40, 0.15, 0.446} // centre (0.100, 0.423)
+	farm := NewFarm(2, Config{Rigs: map[string]RigConfig{"rig-1": {AssistiveTouch: &other}}})
+	srv := httptest.NewServer(farm.Handler())
+	defer srv.Close()
+	rigs := []*testRig{
+		{rig: farm.Rig("rig-0"), url: srv.URL + "/rigs/rig-0", cs: connect(t, srv.URL+RigPath("rig-0"))},
+		{rig: farm.Rig("rig-1"), url: srv.URL + "/rigs/rig-1", cs: connect(t, srv.URL+RigPath("rig-1"))},
+	}
+	at := [][4]float64{DefaultAssistiveTouch, other}
+	for i, tr := range rigs {
+		var st contract.RigStatus
+		getJSON(t, tr.url+"/api/status", &st)
+		if want := []string{"(0.930, 0.643)", "(0.100, 0.423)"}[i]; st.AssistiveTouchAt() != want {
+			t.Errorf("rig-%d reports AssistiveTouch at %q, want %q", i, st.AssistiveTouchAt(), want)
+		}
+		rows := tr.call(t, "peek", nil).listing(t)
+		drawn := false
+		for _, r := range rows {
+			drawn = drawn || r.kind == "icon" && r.box == at[i]
+		}
+		if !drawn {
+			t.Errorf("rig-%d lists no button at %v: %+v", i, at[i], rows)
+		}
+	}
+	for i, tr := range rigs {
+		for j, box := range at {
+			x, y := (box[0]+box[2])/2, (box[1]+box[3])/2
+			res := tr.call(t, "tap", map[string]any{"bbox": []float64{x - 0.01, y - 0.01, x + 0.01, y + 0.01}})
+			refused := res.isError && strings.Contains(res.text(), "overlaps AssistiveTouch button — aim aside")
+			if refused != (i == j) {
+				t.Errorf("rig-%d tapping the centre of rig-%d's button: %q", i, j, res.text())
+			}
+			tr.call(t, "home_screen", nil)
+		}
 	}
 }
 

@@ -24,22 +24,37 @@ type Faults struct {
 	CrashApp string `json:"crashApp,omitempty"`
 	// CameraHiccups is the fraction of gestures that come back text-only, without a view.
 	CameraHiccups float64 `json:"cameraHiccups,omitempty"`
+	// NoVerdict is the fraction of gestures whose before and after frames
+	// could not be compared (blur, an exposure re-tune): the result carries
+	// the view but no verdict.
+	NoVerdict float64 `json:"noVerdict,omitempty"`
 	// Busy is the fraction of calls refused as if another gesture held the lock.
 	Busy float64 `json:"busy,omitempty"`
 	// Disconnected drops every MCP and health request on the floor (host asleep, Wi-Fi split).
 	Disconnected bool `json:"disconnected,omitempty"`
-	// Health overrides /api/status fields; arm, camera or calibrated false make tools fail
-	// as on an unset rig, bridge false makes screenshot and the clipboard fail (bridge backgrounded).
+	// Health overrides /api/status: a status field (healthFields) set false
+	// reads false, a set-up step (simSteps) set false is missing from steps.
+	// arm, camera or calibrated false, or a missing mapping_a, mapping_b or
+	// validated step, make every tool fail as on a rig that is not set up;
+	// origin_pinned false makes every tool fail as on an unpinned arm; bridge
+	// false makes screenshot and the clipboard fail (the bridge page in the
+	// background).
 	Health map[string]bool `json:"health,omitempty"`
 }
 
-// healthFields are the JSON names of farmv1.RigHealth's fields, the body of
-// GET /api/status (docs/rig-contract.md).
+// healthFields are the JSON names of contract.RigStatus's boolean fields,
+// the body of GET /api/status (docs/rig-contract.md).
 var healthFields = []string{"arm", "camera", "bridge", "calibrated", "origin_pinned", "ready", "layout_learned"}
 
-// Validate checks fractions, tool names and health field names.
+// simSteps are the set-up steps a rigsim rig reports done, in set-up order.
+// It reports no focus step: a rig without a lens lock never does.
+var simSteps = []string{contract.StepViewportShift, contract.StepRotation, contract.StepMappingA, contract.StepMappingB,
+	contract.StepValidated, contract.StepAlignment, contract.StepAssistiveTouch}
+
+// Validate checks fractions, tool names and health field and step names.
 func (f Faults) Validate() error {
-	for name, v := range map[string]float64{"glare": f.Glare, "missedTaps": f.MissedTaps, "cameraHiccups": f.CameraHiccups, "busy": f.Busy} {
+	for name, v := range map[string]float64{"glare": f.Glare, "missedTaps": f.MissedTaps, "cameraHiccups": f.CameraHiccups,
+		"noVerdict": f.NoVerdict, "busy": f.Busy} {
 		if v < 0 || v > 1 {
 			return fmt.Errorf("fault %s=%v: want a fraction between 0 and 1", name, v)
 		}
@@ -53,17 +68,32 @@ func (f Faults) Validate() error {
 		}
 	}
 	for k := range f.Health {
-		if !slices.Contains(healthFields, k) {
-			return fmt.Errorf("fault health.%s: no such field; want one of %s", k, strings.Join(healthFields, ", "))
+		if !slices.Contains(healthFields, k) && !slices.Contains(simSteps, k) {
+			return fmt.Errorf("fault health.%s: no such status field or set-up step; want a field (%s) or a step (%s)",
+				k, strings.Join(healthFields, ", "), strings.Join(simSteps, ", "))
 		}
 	}
 	return nil
 }
 
-// healthy reports a health field, true unless a fault says otherwise.
-func (f Faults) healthy(field string) bool {
-	v, ok := f.Health[field]
+// healthy reports a health field or step, true unless a fault says otherwise.
+func (f Faults) healthy(key string) bool {
+	v, ok := f.Health[key]
 	return !ok || v
+}
+
+// calibrated is PhysiClaw's calibrated: an arm, a camera and both mappings,
+// validated.
+func (f Faults) calibrated() bool {
+	return f.healthy("arm") && f.healthy("camera") && f.healthy("calibrated") &&
+		f.healthy(contract.StepMappingA) && f.healthy(contract.StepMappingB) && f.healthy(contract.StepValidated)
+}
+
+// ready is PhysiClaw's ready, which needs the rig calibrated; rigsim also
+// needs the two set-up steps before and after the mappings done.
+func (f Faults) ready() bool {
+	return f.healthy("ready") && f.calibrated() &&
+		f.healthy(contract.StepViewportShift) && f.healthy(contract.StepAssistiveTouch)
 }
 
 // typicalDuration is how long each tool takes on a real rig (docs/rig-contract.md, "The twelve tools, in wire order").

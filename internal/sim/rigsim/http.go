@@ -13,7 +13,7 @@ import (
 // Handler serves the rig: the MCP endpoint and health route a real rig has, plus /api/sim/ for tests.
 //
 //	POST|GET|DELETE /mcp          MCP over streamable HTTP
-//	GET  /api/status              PhysiClaw's health fields
+//	GET  /api/status              PhysiClaw's status: health fields and set-up steps
 //	GET  /api/sim/state           the phone's ground truth and the session ledger
 //	GET  /api/sim/faults          the faults in force
 //	POST /api/sim/faults          merge a JSON object into the faults
@@ -21,13 +21,13 @@ import (
 //	POST /api/sim/advance         {"seconds": N}: move the phone's clock
 //	POST /api/sim/lock            the phone locks itself now
 //	POST /api/sim/crash           {"app": "Shop"} (or the foreground app): it crashes now
-//	POST /api/sim/restart         the rig's server restarts: every MCP session is gone
+//	POST /api/sim/restart         the rig's server restarts: every MCP session is gone; answers the status
 //	GET  /api/sim/screen          the current listing, as text
 //	GET  /api/sim/screen.jpg      the current screen, as a JPEG
 func (r *Rig) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", r.reachable(http.HandlerFunc(r.serveMCP)))
-	mux.Handle("GET /api/status", r.reachable(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, r.Health()) })))
+	mux.Handle("GET /api/status", r.reachable(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, r.Status()) })))
 	mux.HandleFunc("GET /api/sim/state", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, SimState{State: r.State(), Ledger: r.Ledger()})
 	})
@@ -68,7 +68,7 @@ func (r *Rig) Handler() http.Handler {
 	})
 	mux.HandleFunc("POST /api/sim/restart", func(w http.ResponseWriter, _ *http.Request) {
 		r.Restart()
-		writeJSON(w, r.Health())
+		writeJSON(w, r.Status())
 	})
 	mux.HandleFunc("GET /api/sim/screen", func(w http.ResponseWriter, _ *http.Request) {
 		_, listing, err := r.snapshot()

@@ -194,6 +194,23 @@ func (l *ledger) expire(now time.Time) {
 	}
 }
 
+// active says whether any session is active: open, or with a call in
+// flight.
+func (l *ledger) active() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.expire(l.now())
+	if len(l.current) > 0 {
+		return true
+	}
+	for _, s := range l.sessions {
+		if s.inFlight > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // last is when s last drove the rig: now while a call of it runs. Holds mu.
 func last(s *Session, now time.Time) time.Time {
 	if s.inFlight > 0 {

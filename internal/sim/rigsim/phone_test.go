@@ -54,7 +54,7 @@ func TestPhoneBehaves(t *testing.T) {
 		if p := tr.state(t).Page; p != "Settings/settings.wifi" {
 			t.Fatalf("resumed on %q, want where it was left", p)
 		}
-		if res := tr.call(t, "force_quit", nil); !strings.HasPrefix(res.texts[0], "Force quit Settings") {
+		if res := tr.call(t, "force_quit", nil); !strings.HasPrefix(res.texts[0], "Force-quit current app | "+verdictChanged) {
 			t.Fatalf("force_quit: %s", res.texts[0])
 		}
 		if s := tr.state(t); s.Page != "home" || len(s.Running) != 0 {
@@ -83,7 +83,7 @@ func TestPhoneBehaves(t *testing.T) {
 		}
 		tr.rig.LockPhone()
 		res := tr.call(t, "unlock_phone", nil)
-		if !strings.HasPrefix(res.texts[0], "Passcode entered\nscreen: changed") || tr.state(t).Locked {
+		if !strings.HasPrefix(res.texts[0], "Passcode entered | "+verdictChanged+" — ") || tr.state(t).Locked {
 			t.Fatalf("unlock_phone: %s", res.texts[0])
 		}
 	})

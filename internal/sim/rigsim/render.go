@@ -53,9 +53,10 @@ var (
 
 // frame is what the rig draws: the phone's elements plus the AssistiveTouch button.
 type frame struct {
-	elements []phone.Element
-	locked   bool
-	glare    bool
+	elements       []phone.Element
+	assistiveTouch phone.Box
+	locked         bool
+	glare          bool
 }
 
 // renderJPEG draws a frame and encodes it.
@@ -69,7 +70,7 @@ func renderJPEG(f frame) ([]byte, error) {
 	for _, e := range f.elements {
 		drawElement(img, e, f.locked)
 	}
-	drawAssistiveTouch(img)
+	drawAssistiveTouch(img, f.assistiveTouch)
 	if f.glare {
 		r := image.Rect(frameWidth/3, frameHeight/5, frameWidth, frameHeight/2)
 		draw.DrawMask(img, r, image.White, image.Point{}, &image.Uniform{color.Alpha{glareAlpha}}, image.Point{}, draw.Over)
@@ -134,8 +135,8 @@ func outline(img *image.RGBA, r image.Rectangle, c color.RGBA) {
 	}
 }
 
-func drawAssistiveTouch(img *image.RGBA) {
-	r := pixelRect(assistiveTouch)
+func drawAssistiveTouch(img *image.RGBA, at phone.Box) {
+	r := pixelRect(at)
 	cx, cy, rad := (r.Min.X+r.Max.X)/2, (r.Min.Y+r.Max.Y)/2, min(r.Dx(), r.Dy())/2
 	for y := r.Min.Y; y < r.Max.Y; y++ {
 		for x := r.Min.X; x < r.Max.X; x++ {

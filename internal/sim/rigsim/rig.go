@@ -7,6 +7,8 @@ package rigsim
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"sync"
@@ -14,8 +16,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
 	"github.com/clawfarm/clawfarm/internal/clock"
+	"github.com/clawfarm/clawfarm/internal/contract"
 	"github.com/clawfarm/clawfarm/internal/sim/rigsim/phone"
 )
 
@@ -23,6 +25,7 @@ import (
 type Rig struct {
 	name string
 	cfg  Config
+	at   phone.Box // the AssistiveTouch button
 
 	busy sync.Mutex // the gesture lock: held for the whole of a tool call, never waited on
 
@@ -43,7 +46,7 @@ func New(name string, cfg Config) *Rig {
 	if cfg.UnlockCode == "" {
 		cfg.UnlockCode = DefaultUnlockCode
 	}
-	r := &Rig{name: name, cfg: cfg, phone: phone.New(cfg.Phone.phone()), faults: cfg.Faults,
+	r := &Rig{name: name, cfg: cfg, at: cfg.assistiveTouch(), phone: phone.New(cfg.Phone.phone()), faults: cfg.Faults,
 		rng: rand.New(rand.NewPCG(cfg.Seed, nameHash(name))), lastWall: time.Now(),
 		ledger: newLedger(time.Duration(cfg.SessionIdle))}
 	r.server = newMCPServer(r)
@@ -158,13 +161,42 @@ func (r *Rig) CrashApp(app string) bool {
 	return app != "" && r.phone.Crash(app)
 }
 
-// Health is GET /api/status: the rig's health in the operator's own type,
-// every field true unless a fault says otherwise.
-func (r *Rig) Health() farmv1.RigHealth {
+// Status is GET /api/status, as a PhysiClaw rig writes it: every field true
+// and every set-up step done unless a fault says otherwise. bridge is false
+// while an MCP session is active, as PhysiClaw's is: the phone's bridge page
+// stops polling while a task drives the phone.
+func (r *Rig) Status() contract.RigStatus {
 	f := r.Faults()
-	return farmv1.RigHealth{Arm: f.healthy("arm"), Camera: f.healthy("camera"), Bridge: f.healthy("bridge"),
-		Calibrated: f.healthy("calibrated"), OriginPinned: f.healthy("origin_pinned"),
-		Ready: f.healthy("ready"), LayoutLearned: f.healthy("layout_learned")}
+	steps := map[string]json.RawMessage{}
+	for _, k := range simSteps {
+		if f.healthy(k) {
+			steps[k] = r.stepValue(k)
+		}
+	}
+	return contract.RigStatus{Arm: f.healthy("arm"), Camera: f.healthy("camera"),
+		Bridge: f.healthy("bridge") && !r.ledger.active(), Calibrated: f.calibrated(),
+		OriginPinned: f.healthy("origin_pinned"), Ready: f.ready(), LayoutLearned: f.healthy("layout_learned"),
+		Steps: steps}
+}
+
+// stepValue is what a done step reports, in PhysiClaw's forms: a calibrated
+// viewport at device pixel ratio 3, a camera that needs no rotation, and the
+// AssistiveTouch button's centre.
+func (r *Rig) stepValue(step string) json.RawMessage {
+	var v any = "OK"
+	switch step {
+	case contract.StepViewportShift:
+		v = "dpr=3, offset=(0, 0)"
+	case contract.StepRotation:
+		v = "none"
+	case contract.StepValidated:
+		v = true
+	case contract.StepAssistiveTouch:
+		x, y := r.at.Center()
+		v = fmt.Sprintf("(%.3f, %.3f)", x, y)
+	}
+	b, _ := json.Marshal(v)
+	return b
 }
 
 // sleep waits a tool's real time: its typical (or fault-overridden) duration times the time scale.

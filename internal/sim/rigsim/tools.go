@@ -56,11 +56,11 @@ type toolSpec struct {
 
 func bboxTool(name, description string, g func(r *Rig, b bbox) (string, error)) toolSpec {
 	return toolSpec{name, description, object(schema{"bbox": bboxSchema}, "bbox"), func(ctx context.Context, r *Rig, raw json.RawMessage) *mcp.CallToolResult {
-		a, err := parseArgs(raw, "bbox")
+		a, err := parseArgs(raw)
 		if err != nil {
 			return errResult(name, err)
 		}
-		b, err := parseBBox(a["bbox"])
+		b, err := parseBBox(a["bbox"], true)
 		if err != nil {
 			return errResult(name, err)
 		}
@@ -95,11 +95,11 @@ var tools = []toolSpec{
 	bboxTool(contract.ToolLongPress, "Press and hold ~1.2 s at the centre of bbox: context menus, the Paste menu on a text field.", (*Rig).longPress),
 	{contract.ToolSwipe, "Slide the stylus from the centre of bbox in direction (the stylus's motion: swipe up scrolls the page down).",
 		object(swipeProperties, "bbox", "direction"), func(ctx context.Context, r *Rig, raw json.RawMessage) *mcp.CallToolResult {
-			a, err := parseArgs(raw, "bbox", "direction", "size", "speed")
+			a, err := parseArgs(raw)
 			if err != nil {
 				return errResult(contract.ToolSwipe, err)
 			}
-			s, err := parseSwipe(a)
+			s, err := parseSwipe(a, true)
 			if err != nil {
 				return errResult(contract.ToolSwipe, err)
 			}
@@ -109,9 +109,9 @@ var tools = []toolSpec{
 	bareTool(contract.ToolGoBack, "Go back one screen with the edge swipe; does nothing at an app's root.", (*Rig).goBack),
 	bareTool(contract.ToolForceQuit, "Quit the app in the foreground (~8 s) and return to the home screen.", (*Rig).forceQuit),
 	bareTool(contract.ToolUnlockPhone, "Wake the phone and enter the passcode (12-40 s). If it fails, nothing else can work: end the session STUCK.", (*Rig).unlockPhone),
-	{contract.ToolSendToClipboard, "Put text on the phone's clipboard; then long_press the field and tap Paste.",
+	{contract.ToolSendToClipboard, "Put text on the phone's clipboard (~6 s); then long_press the field and tap Paste. Answers text only, no view.",
 		object(schema{"text": clipboardTextSchema}, "text"), func(ctx context.Context, r *Rig, raw json.RawMessage) *mcp.CallToolResult {
-			a, err := parseArgs(raw, "text")
+			a, err := parseArgs(raw)
 			if err != nil {
 				return errResult(contract.ToolSendToClipboard, err)
 			}
@@ -121,21 +121,23 @@ var tools = []toolSpec{
 			}
 			return r.runGesture(ctx, contract.ToolSendToClipboard, 0, func(r *Rig) (string, error) { return r.sendToClipboard(text) })
 		}},
-	{contract.ToolSequence, "Run 2 to 5 steps under one lock; stops at the first failure, nothing is rolled back. Each step is {tool_name, arg}: a bbox for tap/double_tap/long_press, {bbox, direction, size?, speed?} for swipe, a string for send_to_clipboard.",
+	{contract.ToolSequence, "Run 2 to 5 steps under one lock; stops at the first step that fails, nothing is rolled back. Each step is {tool_name, arg}: tool_name one of tap, double_tap, long_press, swipe, send_to_clipboard; arg a bare bbox for tap/double_tap/long_press, {bbox, direction, size?, speed?} for swipe, the text for send_to_clipboard.",
 		object(schema{"actions": schema{
 			"type": "array", "minItems": minSequenceSteps, "maxItems": maxSequenceSteps,
-			"items": object(schema{
-				"tool_name": schema{"type": "string", "enum": sequenceTools},
-				"arg":       schema{"description": "the step tool's argument: a bbox, a swipe object, or the clipboard text"},
-			}, "tool_name", "arg"),
+			"items":       schema{"type": "object"},
+			"description": "2-5 steps, run in order, each {\"tool_name\": ..., \"arg\": that tool's argument}",
 		}}, "actions"), func(ctx context.Context, r *Rig, raw json.RawMessage) *mcp.CallToolResult {
-			a, err := parseArgs(raw, "actions")
+			a, err := parseArgs(raw)
 			if err != nil {
 				return errResult(contract.ToolSequence, err)
 			}
-			steps, err := parseSequence(a)
+			items, err := parseActions(a)
 			if err != nil {
 				return errResult(contract.ToolSequence, err)
+			}
+			steps := make([]step, len(items))
+			for i, it := range items {
+				steps[i] = parseStep(it)
 			}
 			return r.runGesture(ctx, contract.ToolSequence, sequenceTime(steps), func(r *Rig) (string, error) { return r.sequence(steps) })
 		}},
@@ -151,8 +153,20 @@ func newMCPServer(r *Rig) *mcp.Server {
 				return t.handle(ctx, r, req.Params.Arguments), nil
 			})
 	}
-	s.AddReceivingMiddleware(wireOrder, r.recordCalls)
+	s.AddReceivingMiddleware(wireOrder, r.recordCalls, unknownTool)
 	return s
+}
+
+// unknownTool answers a call of a tool the rig does not have as PhysiClaw's
+// server does, with an error result; the SDK would answer a JSON-RPC error.
+func unknownTool(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if call, ok := req.(*mcp.CallToolRequest); ok && method == "tools/call" && call.Params != nil &&
+			!slices.Contains(contract.RigTools, call.Params.Name) {
+			return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "Unknown tool: " + call.Params.Name}}}, nil
+		}
+		return next(ctx, method, req)
+	}
 }
 
 // wireOrder lists tools in the rig's wire order; the SDK would sort them by name.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/clawfarm/clawfarm/internal/contract"
@@ -27,25 +28,29 @@ var (
 	sequenceTools  = []string{contract.ToolTap, contract.ToolDoubleTap, contract.ToolLongPress, contract.ToolSwipe, contract.ToolSendToClipboard}
 )
 
-// args are a tool call's arguments, checked for names the tool does not take.
+// args are a tool call's arguments. A name the tool does not take is
+// ignored, as PhysiClaw's server ignores it.
 type args map[string]json.RawMessage
 
-func parseArgs(raw json.RawMessage, allowed ...string) (args, error) {
+func parseArgs(raw json.RawMessage) (args, error) {
 	a := args{}
 	if len(raw) > 0 && string(raw) != "null" {
 		if err := json.Unmarshal(raw, &a); err != nil {
 			return nil, fmt.Errorf("arguments must be a JSON object, got %s", clipRaw(raw))
 		}
 	}
-	for k := range a {
-		if !slices.Contains(allowed, k) {
-			if len(allowed) == 0 {
-				return nil, fmt.Errorf("unexpected argument %q: this tool takes no arguments", k)
-			}
-			return nil, fmt.Errorf("unexpected argument %q: this tool takes %s", k, strings.Join(allowed, ", "))
-		}
-	}
 	return a, nil
+}
+
+// unquoteJSON is what a JSON string holds when that is itself JSON (a bbox
+// or a list of actions sent as a string, which PhysiClaw's server parses
+// before it checks the argument); anything else is returned as it is.
+func unquoteJSON(raw json.RawMessage) json.RawMessage {
+	var s string
+	if json.Unmarshal(raw, &s) != nil || !json.Valid([]byte(s)) {
+		return raw
+	}
+	return json.RawMessage(s)
 }
 
 // bbox is [left, top, right, bottom] in screen fractions.
@@ -53,25 +58,39 @@ type bbox [4]float64
 
 func (b bbox) center() (float64, float64) { return (b[0] + b[2]) / 2, (b[1] + b[3]) / 2 }
 
-// String prints the bbox the way the rig echoes it in action lines.
+// String prints the bbox the way PhysiClaw echoes it in action lines: a
+// list of floats as Python writes them, whole numbers with ".0".
 func (b bbox) String() string {
 	return fmt.Sprintf("[%s, %s, %s, %s]", fnum(b[0]), fnum(b[1]), fnum(b[2]), fnum(b[3]))
 }
 
-func fnum(v float64) string { return fmt.Sprintf("%g", v) }
+func fnum(v float64) string {
+	s := strconv.FormatFloat(v, 'g', -1, 64)
+	if !strings.ContainsAny(s, ".e") {
+		s += ".0"
+	}
+	return s
+}
 
-func parseBBox(raw json.RawMessage) (bbox, error) {
+// parseBBox reads a bbox. A lenient one (a tool's own argument) may come as
+// a JSON string holding the list, and its values as numeric strings or
+// booleans (1, 0), as PhysiClaw's argument parsing coerces them; a strict
+// one (a sequence step's arg) must be a list of numbers.
+func parseBBox(raw json.RawMessage, lenient bool) (bbox, error) {
 	if len(raw) == 0 {
 		return bbox{}, fmt.Errorf("bbox is required: give [left, top, right, bottom] as 0-1 fractions of the screen")
 	}
-	var vals []any
+	if lenient {
+		raw = unquoteJSON(raw)
+	}
+	var vals []json.RawMessage
 	if err := json.Unmarshal(raw, &vals); err != nil || len(vals) != 4 {
 		return bbox{}, fmt.Errorf("bbox must be [left, top, right, bottom] (4 numbers), got %s", clipRaw(raw))
 	}
 	var b bbox
 	for i, v := range vals {
-		f, ok := v.(float64)
-		if !ok || math.IsNaN(f) {
+		f, ok := number(v, lenient)
+		if !ok {
 			return bbox{}, fmt.Errorf("bbox values must be numbers, got %s", clipRaw(raw))
 		}
 		b[i] = f
@@ -85,6 +104,30 @@ func parseBBox(raw json.RawMessage) (bbox, error) {
 		return bbox{}, fmt.Errorf("bbox must have left < right and top < bottom, got %s", b)
 	}
 	return b, nil
+}
+
+// number reads one finite number; leniently also a numeric string or a boolean.
+func number(raw json.RawMessage, lenient bool) (float64, bool) {
+	var f float64
+	if err := json.Unmarshal(raw, &f); err == nil {
+		return f, true
+	}
+	if !lenient {
+		return 0, false
+	}
+	var s string
+	var t bool
+	switch {
+	case json.Unmarshal(raw, &s) == nil:
+		f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+		return f, err == nil && !math.IsNaN(f) && !math.IsInf(f, 0)
+	case json.Unmarshal(raw, &t) == nil:
+		if t {
+			return 1, true
+		}
+		return 0, true
+	}
+	return 0, false
 }
 
 func parseEnum(a args, name string, allowed []string, def string) (string, error) {
@@ -110,10 +153,10 @@ type swipeArgs struct {
 	speed     string
 }
 
-func parseSwipe(a args) (swipeArgs, error) {
+func parseSwipe(a args, lenient bool) (swipeArgs, error) {
 	var s swipeArgs
 	var err error
-	if s.box, err = parseBBox(a["bbox"]); err != nil {
+	if s.box, err = parseBBox(a["bbox"], lenient); err != nil {
 		return s, err
 	}
 	if s.direction, err = parseEnum(a, "direction", swipeDirections, ""); err != nil {
@@ -142,56 +185,89 @@ func parseClipboardText(raw json.RawMessage) (string, error) {
 	return s, nil
 }
 
-// step is one checked step of a sequence.
-type step struct {
-	tool  string
-	box   bbox
-	swipe swipeArgs
-	text  string
-}
-
-func parseSequence(a args) ([]step, error) {
+// parseActions checks a sequence's argument as PhysiClaw's schema does: a
+// list of 2 to 5 objects (or a JSON string holding one). The steps inside
+// are checked only as the sequence runs (parseStep).
+func parseActions(a args) ([]map[string]json.RawMessage, error) {
 	raw, ok := a["actions"]
 	if !ok {
 		return nil, fmt.Errorf("actions is required: a list of %d to %d steps {tool_name, arg}", minSequenceSteps, maxSequenceSteps)
 	}
-	var items []map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &items); err != nil {
+	raw = unquoteJSON(raw)
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil || items == nil {
 		return nil, fmt.Errorf("actions must be a list of steps {tool_name, arg}, got %s", clipRaw(raw))
 	}
 	if len(items) < minSequenceSteps || len(items) > maxSequenceSteps {
 		return nil, fmt.Errorf("actions must have %d to %d steps, got %d", minSequenceSteps, maxSequenceSteps, len(items))
 	}
-	steps := make([]step, 0, len(items))
+	out := make([]map[string]json.RawMessage, 0, len(items))
 	for i, it := range items {
-		var s step
-		if err := json.Unmarshal(it["tool_name"], &s.tool); err != nil || !slices.Contains(sequenceTools, s.tool) {
-			return nil, fmt.Errorf("actions[%d].tool_name must be one of %s, got %s", i, strings.Join(sequenceTools, ", "), clipRaw(it["tool_name"]))
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(it, &m); err != nil || m == nil {
+			return nil, fmt.Errorf("actions[%d] must be an object {tool_name, arg}, got %s", i, clipRaw(it))
 		}
-		for k := range it {
-			if k != "tool_name" && k != "arg" {
-				return nil, fmt.Errorf("actions[%d]: unexpected field %q: a step is {tool_name, arg}", i, k)
-			}
-		}
-		arg := it["arg"]
-		var err error
-		switch s.tool {
-		case contract.ToolTap, contract.ToolDoubleTap, contract.ToolLongPress:
-			s.box, err = parseBBox(arg)
-		case contract.ToolSwipe:
-			var sa args
-			if sa, err = parseArgs(arg, "bbox", "direction", "size", "speed"); err == nil {
-				s.swipe, err = parseSwipe(sa)
-			}
-		case contract.ToolSendToClipboard:
-			s.text, err = parseClipboardText(arg)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("actions[%d].arg (%s): %w", i, s.tool, err)
-		}
-		steps = append(steps, s)
+		out = append(out, m)
 	}
-	return steps, nil
+	return out, nil
+}
+
+// unnamedStep is how a sequence's line names a step whose tool_name is
+// missing or not a string.
+const unnamedStep = "?"
+
+// step is one step of a sequence: its tool and checked argument, or why it
+// cannot run.
+type step struct {
+	tool  string
+	box   bbox
+	swipe swipeArgs
+	text  string
+	err   error
+}
+
+// parseStep reads one step {tool_name, arg}. Fields besides the two are
+// ignored.
+func parseStep(it map[string]json.RawMessage) step {
+	s := step{tool: unnamedStep}
+	raw, ok := it["tool_name"]
+	if !ok {
+		s.err = fmt.Errorf("tool_name is required: one of %s", strings.Join(sequenceTools, ", "))
+		return s
+	}
+	if err := json.Unmarshal(raw, &s.tool); err != nil {
+		s.tool = unnamedStep
+		s.err = fmt.Errorf("tool_name must be one of %s, got %s", strings.Join(sequenceTools, ", "), clipRaw(raw))
+		return s
+	}
+	if !slices.Contains(sequenceTools, s.tool) {
+		s.err = fmt.Errorf("%q cannot be a step: a sequence runs only %s", s.tool, strings.Join(sequenceTools, ", "))
+		return s
+	}
+	arg := it["arg"]
+	switch s.tool {
+	case contract.ToolTap, contract.ToolDoubleTap, contract.ToolLongPress:
+		if isObject(arg) {
+			s.err = fmt.Errorf("a %s step's arg is the bbox itself, [left, top, right, bottom], got %s", s.tool, clipRaw(arg))
+			return s
+		}
+		s.box, s.err = parseBBox(arg, false)
+	case contract.ToolSwipe:
+		var sa args
+		if !isObject(arg) || json.Unmarshal(arg, &sa) != nil {
+			s.err = fmt.Errorf("a swipe step's arg is an object {bbox, direction, size?, speed?}, got %s", clipRaw(arg))
+			return s
+		}
+		s.swipe, s.err = parseSwipe(sa, false)
+	case contract.ToolSendToClipboard:
+		s.text, s.err = parseClipboardText(arg)
+	}
+	return s
+}
+
+func isObject(raw json.RawMessage) bool {
+	t := strings.TrimSpace(string(raw))
+	return strings.HasPrefix(t, "{")
 }
 
 func clipRaw(raw json.RawMessage) string {
@@ -205,25 +281,23 @@ func clipRaw(raw json.RawMessage) string {
 	return s
 }
 
-// assistiveTouch is where the floating AssistiveTouch button sits; gestures may not land on it.
-var assistiveTouch = phone.Box{L: 0.88, T: 0.62, R: 0.98, B: 0.666}
-
-// assistiveTouchMargin widens the refusal zone around the button.
+// assistiveTouchMargin widens the refusal zone around the AssistiveTouch button.
 const assistiveTouchMargin = 0.01
 
-func overlapsAssistiveTouch(x, y float64) bool {
-	z := assistiveTouch
+// overlapsAssistiveTouch says whether a point falls in the rig's AssistiveTouch zone.
+func (r *Rig) overlapsAssistiveTouch(x, y float64) bool {
+	z := r.at
 	return (phone.Box{L: z.L - assistiveTouchMargin, T: z.T - assistiveTouchMargin, R: z.R + assistiveTouchMargin, B: z.B + assistiveTouchMargin}).Contains(x, y)
 }
 
 // swipeCrossesAssistiveTouch samples the stroke from the bbox centre.
-func swipeCrossesAssistiveTouch(s swipeArgs) bool {
+func (r *Rig) swipeCrossesAssistiveTouch(s swipeArgs) bool {
 	x, y := s.box.center()
 	dx, dy := strokeVector(s.direction, swipeSizes[s.size])
 	const samples = 20
 	for i := 0; i <= samples; i++ {
 		f := float64(i) / samples
-		if overlapsAssistiveTouch(x+dx*f, y+dy*f) {
+		if r.overlapsAssistiveTouch(x+dx*f, y+dy*f) {
 			return true
 		}
 	}
