@@ -219,6 +219,11 @@ chaos: k8s node registry ## Chaos benchmark: 120 rigs (fake kubelet, rignode, ku
 bench-engine: ## Engine benchmark: a 300-turn scripted session, the OpenAI wires (chat, Responses stateless and chained) side by side, and the prompt cache per wire and fold cadence.
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 30m ./internal/engine/...
 
+.PHONY: check-physiclaw
+check-physiclaw: k8s ## Check the rig client, the DeviceRig probe and the gateway against a real PhysiClaw control plane at PHYSICLAW_URL (docs/rig-contract.md).
+	@test -n "$(PHYSICLAW_URL)" || { echo "set PHYSICLAW_URL to a PhysiClaw control plane, e.g. http://127.0.0.1:18848 (docs/rig-contract.md, \"Checked against the real server\")"; exit 2; }
+	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh --print) PHYSICLAW_URL=$(PHYSICLAW_URL) $(GO) test -tags physiclaw -count=1 -v -run PhysiClaw ./internal/rig/ ./controllers/devicerig/ ./internal/riggate/
+
 bench-gateway: k8s ## Rig gateway benchmark: what it adds to a rig call (median and p99, through it and straight to the rig).
 	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh --print) $(GO) test -run '^$$' -bench BenchmarkGatewayCall -benchtime 3000x -count 5 ./internal/riggate/
 

@@ -35,7 +35,7 @@ func newGatewayFlags() (*flag.FlagSet, *gatewayFlags) {
 	fs := flag.NewFlagSet("rignode gateway", flag.ContinueOnError)
 	f := &gatewayFlags{}
 	f.kubeconfig = fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the gateway's identity: the rig host's node, bound to the chart's rig-gateway ClusterRole (default $KUBECONFIG)")
-	f.listen = fs.String("listen", ":8049", "address to serve the rigs on: the host's address on the rig network")
+	f.listen = fs.String("listen", ":8050", "address to serve the rigs on: the host's address on the rig network (not 8048 or 8049: the rig server and its phone bridge take those)")
 	fs.Var(&f.rigs, "rig", "a rig to front, namespace/rig=URL of its own server on this host's loopback (e.g. farm/rig-0=http://127.0.0.1:8048); repeat, or comma-separate")
 	fs.Var(&f.public, "public-path", "a path under the rig that a GET reaches without a token (default /api/status, the health route); repeat")
 	f.audience = fs.String("audience", contract.DefaultRigAudience, "the audience loop pods' rig tokens are projected for")

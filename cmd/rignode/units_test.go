@@ -247,8 +247,8 @@ func checkCommand(t *testing.T, argv []string) string {
 		if _, err := riggate.ParseRigs(gw.rigs); err != nil {
 			t.Errorf("rignode gateway --rig: %v", err)
 		}
-		if host, port, err := net.SplitHostPort(*gw.listen); err != nil || host == "" || port != "8049" {
-			t.Errorf("rignode gateway --listen=%s: want the host's address on the rig network, port 8049", *gw.listen)
+		if host, port, err := net.SplitHostPort(*gw.listen); err != nil || host == "" || port != "8050" {
+			t.Errorf("rignode gateway --listen=%s: want the host's address on the rig network, port 8050", *gw.listen)
 		}
 	default:
 		need("kubeconfig", "node-name", "root-dir", "client-ca-file", "register-with-taints")

@@ -16,8 +16,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strings"
@@ -173,6 +175,12 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, ns, rig string
 			pr.Out.URL.Path = strings.TrimSuffix(up.Path, "/") + rest
 			pr.Out.URL.RawPath = ""
 			pr.Out.Header.Del("Authorization") // the rig needs no credential of the cluster's
+			// PhysiClaw answers 421 to a Host that is not a loopback name
+			// with a port, and 403 to a foreign Origin (docs/rig-contract.md,
+			// "Topology"): the rig hears a loopback Host and no Origin,
+			// whoever called the gateway.
+			pr.Out.Host = loopbackHost(up)
+			pr.Out.Header.Del("Origin")
 		},
 		FlushInterval: -1, // server-sent events go out as they come
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -318,4 +326,22 @@ func heldBy(l *coordinationv1.Lease) string {
 		return "run " + run
 	}
 	return "holder " + holderOf(l)
+}
+
+// loopbackHost is the Host the rig's server hears: its URL's own host when
+// that is a loopback name, else 127.0.0.1 at its port; always with the port,
+// which PhysiClaw's MCP transport requires.
+func loopbackHost(up *url.URL) string {
+	port := up.Port()
+	if port == "" {
+		port = "80"
+		if up.Scheme == "https" {
+			port = "443"
+		}
+	}
+	host := up.Hostname()
+	if ip, err := netip.ParseAddr(host); !(host == "localhost" || err == nil && ip.IsLoopback()) {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
 }

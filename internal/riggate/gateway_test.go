@@ -5,10 +5,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -51,7 +53,9 @@ func TestMain(m *testing.M) {
 
 // rigServer stands for a rig's MCP server on the host's loopback: it
 // records what reaches it, and GET /mcp is a stream of events that runs
-// until the client goes.
+// until the client goes. Like PhysiClaw it refuses a Host that is not a
+// loopback name with a port (421) and any Origin (403): the gateway must
+// send neither what its own caller sent.
 type rigServer struct {
 	mu    sync.Mutex
 	calls []string // method path, Authorization header
@@ -61,6 +65,14 @@ func (s *rigServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.calls = append(s.calls, r.Method+" "+r.URL.Path+" auth="+r.Header.Get("Authorization"))
 	s.mu.Unlock()
+	if host, port, err := net.SplitHostPort(r.Host); err != nil || port == "" || !slices.Contains([]string{"127.0.0.1", "localhost", "::1"}, host) {
+		http.Error(w, `{"error":"unrecognized Host"}`, http.StatusMisdirectedRequest)
+		return
+	}
+	if r.Header.Get("Origin") != "" {
+		http.Error(w, "Invalid Origin header", http.StatusForbidden)
+		return
+	}
 	if r.URL.Path == "/api/status" {
 		io.WriteString(w, `{"ready":true}`)
 		return
@@ -196,6 +208,10 @@ func (f *farm) callTool(t *testing.T, rig, tok, tool, args string) (int, string)
 	t.Helper()
 	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":%q,"arguments":%s}}`, tool, args)
 	req, _ := http.NewRequest(http.MethodPost, f.http.URL+"/rigs/"+f.ns+"/"+rig+"/mcp", strings.NewReader(body))
+	// The gateway is reached by the rig network's name, from a page that
+	// may send its own Origin: neither may reach the rig's server.
+	req.Host = "rig-host-1.farm.example:8050"
+	req.Header.Set("Origin", "http://rig-host-1.farm.example:8050")
 	if tok != "" {
 		req.Header.Set("Authorization", "Bearer "+tok)
 	}
