@@ -275,7 +275,7 @@ func TestRenderPhysiClawResults(t *testing.T) {
 	want := []string{
 		`t1   note: tapping Wi-Fi  →  tap [0.41,0.62,0.58,0.66]  →  no visible change`,
 		`t2   note: tapping Wi-Fi  →  tap [0.41,0.62,0.58,0.66]  →  no visible change`,
-		`t3   note: tapping Wi-Fi  →  tap [0.41,0.62,0.58,0.66]  →  "Tapped at bbox [0.41, 0.62, 0.58, 0.66] — look at the view"`,
+		`t3   note: tapping Wi-Fi  →  tap [0.41,0.62,0.58,0.66]  →  Tapped at bbox [0.41, 0.62, 0.58, 0.66] — look at the view`,
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("rendered\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
