@@ -36,10 +36,17 @@ func probeAnswer(t *testing.T, code int, body string) *farmv1.DeviceRig {
 		_, _ = w.Write([]byte(body))
 	}))
 	t.Cleanup(srv.Close)
-	r := &Reconciler{Config: Config{ProbeInterval: time.Minute, ProbeTimeout: time.Second}}
+	return probeRig(t, srv.URL+"/mcp")
+}
+
+// probeRig probes a free rig on a Ready node whose MCP URL is endpoint, and
+// returns it with its phase derived.
+func probeRig(t *testing.T, endpoint string) *farmv1.DeviceRig {
+	t.Helper()
+	r := &Reconciler{Config: Config{ProbeInterval: time.Minute, ProbeTimeout: 3 * time.Second}}
 	r.HTTP = r.probeClient()
 	rig := &farmv1.DeviceRig{ObjectMeta: metav1.ObjectMeta{Namespace: "farm", Name: "rig-0"},
-		Spec: farmv1.DeviceRigSpec{NodeName: "n1", Endpoint: farmv1.RigEndpoint{URL: srv.URL + "/mcp"}}}
+		Spec: farmv1.DeviceRigSpec{NodeName: "n1", Endpoint: farmv1.RigEndpoint{URL: endpoint}}}
 	conditions.True(&rig.Status.Conditions, 0, farmv1.ConditionNodeReady, farmv1.ReasonNodeReady, "ready")
 	if probed, _ := r.probeIfDue(context.Background(), rig, time.Now(), false, false); !probed {
 		t.Fatal("no probe")
