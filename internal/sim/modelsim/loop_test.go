@@ -209,4 +209,21 @@ func scenariosThroughTheRealLoop(t *testing.T, bin, api string, count *wireCount
 			t.Fatalf("the follow-up ended %s (exit %d, %q), want DONE", m.Sentinel, code, m.Recap)
 		}
 	})
+	// sim/wake is not in the table above: its banner session reads a message
+	// that must arrive on the phone first (TestWakeScenarioAgainstRigsim).
+	t.Run("sim/wake on a banner, then on an idle check-in", func(t *testing.T) {
+		rig := startSimRig(t, rigsim.Config{})
+		rig.message(t, "Ana", saturday)
+		code, m := runLoop(t, bin, api, rig.url, model.URL, "sim/wake", bannerTrigger)
+		if m.Sentinel != contract.Done || code != contract.ExitDone || !strings.Contains(m.Recap, saturday) {
+			t.Fatalf("the banner's run ended %s (exit %d, %q), want DONE with Ana's message", m.Sentinel, code, m.Recap)
+		}
+		if s := rig.state(t); s.Messages.Unread != 0 || len(s.Messages.Sent) != 0 {
+			t.Fatalf("after the banner's run: messages %+v, want Ana's read and nothing sent", s.Messages)
+		}
+		code, m = runLoop(t, bin, api, rig.url, model.URL, "sim/wake", idleTrigger)
+		if m.Sentinel != contract.Idle || code != contract.ExitIdle {
+			t.Fatalf("the idle check-in ended %s (exit %d, %q), want IDLE", m.Sentinel, code, m.Recap)
+		}
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -52,6 +53,17 @@ func (r simRig) advance(t *testing.T, seconds int) {
 	resp, err := http.Post(r.url+"/api/sim/advance", "application/json", strings.NewReader(`{"seconds":`+itoa(seconds)+`}`))
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("advance the rig's clock: %v %v", err, resp)
+	}
+	resp.Body.Close()
+}
+
+// message makes a message arrive on the rig's phone now, as the wake end-to-end test does.
+func (r simRig) message(t *testing.T, from, text string) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]string{"from": from, "text": text})
+	resp, err := http.Post(r.url+"/api/sim/message", "application/json", strings.NewReader(string(body)))
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("a message to the rig's phone: %v %v", err, resp)
 	}
 	resp.Body.Close()
 }
@@ -168,5 +180,67 @@ func TestMessageWaitThenFollowUp(t *testing.T) {
 	}
 	if s := rig.state(t); len(s.Messages.Received) != 1 || !strings.Contains(s.Messages.Received[0].Text, "7pm at Luigi's") {
 		t.Fatalf("received = %+v, want Ana's answer", s.Messages.Received)
+	}
+}
+
+// The triggers of the runs a rig's wake-ups start: they carry the watch's reason.
+const (
+	bannerTrigger = "Woken by the rig's watch: notification banner appeared at top of screen"
+	idleTrigger   = "Woken by the rig's watch: idle check-in (no wake for 30+ min)"
+	// saturday is the message the wake scenario expects, as the wake end-to-end test sends it.
+	saturday = "Are you free on Saturday?"
+)
+
+// The wake scenario is not in TestScenariosAgainstRigsim's table: its banner
+// session reads a message that must be on the phone before it plays, as the
+// watch's wake comes from it. So it is played here, the message posted first;
+// and without the message, its check fails the session rather than trusting
+// the recap.
+func TestWakeScenarioAgainstRigsim(t *testing.T) {
+	llm := startModel(t, builtin(t))
+	t.Run("a banner: Ana's new message is read", func(t *testing.T) {
+		rig := startSimRig(t, rigsim.Config{})
+		rig.message(t, "Ana", saturday)
+		d := newDriver(t, llm, "sim/wake", rig.cs, true)
+		end := d.play(bannerTrigger)
+		if end.status != "DONE" || end.recap != "Read Ana's new message: "+saturday || d.rejected != 0 {
+			t.Fatalf("session ended %s (%q), %d turns rejected; want DONE with Ana's message", end.status, end.recap, d.rejected)
+		}
+		s := rig.state(t)
+		if s.Page != "Messages/messages.thread" || s.Messages.Unread != 0 || len(s.Messages.Sent) != 0 {
+			t.Errorf("page=%q messages=%+v, want Ana's thread open, nothing unread, nothing sent", s.Page, s.Messages)
+		}
+	})
+	t.Run("a banner with no such message", func(t *testing.T) {
+		rig := startSimRig(t, rigsim.Config{})
+		end := newDriver(t, llm, "sim/wake", rig.cs, false).play(bannerTrigger)
+		if end.status != "STUCK" || !strings.Contains(end.recap, saturday) {
+			t.Fatalf("session ended %s (%q), want STUCK: the message never appeared", end.status, end.recap)
+		}
+	})
+	t.Run("an idle check-in", func(t *testing.T) {
+		rig := startSimRig(t, rigsim.Config{})
+		end := newDriver(t, llm, "sim/wake", rig.cs, false).play(idleTrigger)
+		if end.status != "IDLE" {
+			t.Fatalf("session ended %s (%q), want IDLE", end.status, end.recap)
+		}
+		if s := rig.state(t); s.Page != "Messages/messages.root" || len(s.Messages.Sent) != 0 {
+			t.Errorf("page=%q sent=%+v, want Messages open and nothing sent", s.Page, s.Messages.Sent)
+		}
+	})
+}
+
+// Every built-in scenario is played against rigsim by one of the tests
+// above; a new one must be added to one of them, and here.
+func TestEveryBuiltinScenarioIsPlayed(t *testing.T) {
+	played := []string{
+		"timer", "wifi", "soldout", "shop", "idle", "stuck", // TestScenariosAgainstRigsim
+		"message", // TestMessageWaitThenFollowUp
+		"wake",    // TestWakeScenarioAgainstRigsim
+	}
+	for _, name := range builtin(t).Names() {
+		if !slices.Contains(played, name) {
+			t.Errorf("built-in scenario %s is played against rigsim by no test", name)
+		}
 	}
 }

@@ -233,7 +233,7 @@ func TestModelsListTheScenarios(t *testing.T) {
 	for _, m := range list.Models {
 		ids = append(ids, m.ID)
 	}
-	for _, want := range []string{"sim/timer", "sim/wifi", "sim/soldout", "sim/message", "sim/idle", "sim/stuck", "sim/shop"} {
+	for _, want := range []string{"sim/timer", "sim/wifi", "sim/soldout", "sim/message", "sim/idle", "sim/stuck", "sim/shop", "sim/wake"} {
 		if !strings.Contains(strings.Join(ids, " "), want) {
 			t.Errorf("models %v lack %s", ids, want)
 		}
@@ -257,6 +257,13 @@ func TestScenarioSelection(t *testing.T) {
 	}
 	if s, err := first("sim/timer", "set a timer"); err != nil || s != "looking at the phone before starting" {
 		t.Fatalf("model name: %q %v", s, err)
+	}
+	// The wake scenario's sessions are chosen by the watch's reason in the trigger.
+	if s, err := first("sim/wake", "Woken by the rig: notification banner appeared at top of screen"); err != nil || s != "woken by a notification banner; looking at the phone" {
+		t.Fatalf("wake on a banner: %q %v", s, err)
+	}
+	if s, err := first("sim/wake", "Woken by the rig: idle check-in (no wake for 30+ min)"); err != nil || s != "woken for a check-in; looking at the phone" {
+		t.Fatalf("wake on an idle check-in: %q %v", s, err)
 	}
 	_, err := first("gpt-4o", "hello")
 	var apiErr *openai.APIError

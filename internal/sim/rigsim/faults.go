@@ -30,7 +30,7 @@ type Faults struct {
 	NoVerdict float64 `json:"noVerdict,omitempty"`
 	// Busy is the fraction of calls refused as if another gesture held the lock.
 	Busy float64 `json:"busy,omitempty"`
-	// Disconnected drops every MCP and health request on the floor (host asleep, Wi-Fi split).
+	// Disconnected drops every MCP, health and watch request on the floor (host asleep, Wi-Fi split).
 	Disconnected bool `json:"disconnected,omitempty"`
 	// Health overrides /api/status: a status field (healthFields) set false
 	// reads false, a set-up step (simSteps) set false is missing from steps.

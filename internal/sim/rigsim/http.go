@@ -10,17 +10,20 @@ import (
 	"github.com/clawfarm/clawfarm/internal/sim/rigsim/phone"
 )
 
-// Handler serves the rig: the MCP endpoint and health route a real rig has, plus /api/sim/ for tests.
+// Handler serves the rig: the MCP endpoint, health route and watch route a real rig has, plus /api/sim/ for tests.
 //
 //	POST|GET|DELETE /mcp          MCP over streamable HTTP
 //	GET  /api/status              PhysiClaw's status: health fields and set-up steps
-//	GET  /api/sim/state           the phone's ground truth and the session ledger
+//	GET  /api/phone/watch         PhysiClaw's camera watchdog: {"wake": bool, "reason": "..."}, once per wake (watch.go)
+//	GET  /api/sim/state           the phone's ground truth, the session ledger and the raised wake
 //	GET  /api/sim/faults          the faults in force
 //	POST /api/sim/faults          merge a JSON object into the faults
 //	DELETE /api/sim/faults        clear every fault
 //	POST /api/sim/advance         {"seconds": N}: move the phone's clock
 //	POST /api/sim/lock            the phone locks itself now
 //	POST /api/sim/crash           {"app": "Shop"} (or the foreground app): it crashes now
+//	POST /api/sim/message         {"from": "Ana", "text": "..."}: a message arrives now (and raises a wake unless on screen)
+//	POST /api/sim/wake            {"reason": "..."} or no body: raise a wake (default: the idle check-in)
 //	POST /api/sim/restart         the rig's server restarts: every MCP session is gone; answers the status
 //	GET  /api/sim/screen          the current listing, as text
 //	GET  /api/sim/screen.jpg      the current screen, as a JPEG
@@ -28,8 +31,9 @@ func (r *Rig) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", r.reachable(http.HandlerFunc(r.serveMCP)))
 	mux.Handle("GET /api/status", r.reachable(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, r.Status()) })))
+	mux.Handle("GET /api/phone/watch", r.reachable(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, r.Watch()) })))
 	mux.HandleFunc("GET /api/sim/state", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, SimState{State: r.State(), Ledger: r.Ledger()})
+		writeJSON(w, SimState{State: r.State(), Ledger: r.Ledger(), Wake: r.RaisedWake()})
 	})
 	mux.HandleFunc("GET /api/sim/faults", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, r.Faults()) })
 	mux.HandleFunc("POST /api/sim/faults", r.postFaults)
@@ -66,6 +70,8 @@ func (r *Rig) Handler() http.Handler {
 		}
 		writeJSON(w, r.State())
 	})
+	mux.HandleFunc("POST /api/sim/message", r.postMessage)
+	mux.HandleFunc("POST /api/sim/wake", r.postWake)
 	mux.HandleFunc("POST /api/sim/restart", func(w http.ResponseWriter, _ *http.Request) {
 		r.Restart()
 		writeJSON(w, r.Status())
@@ -92,10 +98,12 @@ func (r *Rig) Handler() http.Handler {
 }
 
 // SimState is GET /api/sim/state: the phone's ground truth and, beside it,
-// the rig's session ledger (ledger.go).
+// the rig's session ledger (ledger.go) and the wake its watchdog has raised
+// and nobody has read yet (watch.go).
 type SimState struct {
 	phone.State
 	Ledger
+	Wake WakeState `json:"wake"`
 }
 
 // snapshot is the screen as a clean screenshot would show it, without touching anything.
@@ -122,7 +130,8 @@ func (r *Rig) postFaults(w http.ResponseWriter, req *http.Request) {
 }
 
 // reachable drops the connection without an answer while the rig is disconnected, as a host
-// that went to sleep or a split Wi-Fi does.
+// that went to sleep or a split Wi-Fi does. It wraps the routes a real rig has: /mcp,
+// /api/status and /api/phone/watch.
 func (r *Rig) reachable(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if !r.Faults().Disconnected {

@@ -35,6 +35,9 @@ type Rig struct {
 	rng      *rand.Rand
 	lastWall time.Time
 
+	wake        WakeState // the watchdog's wake, raised and not yet read (watch.go)
+	bannersSeen int       // the phone's notification banners the watchdog has seen
+
 	server  *mcp.Server
 	handler *mcp.StreamableHTTPHandler // replaced by Restart; guarded by mu
 
@@ -62,9 +65,11 @@ func (r *Rig) newHandler() *mcp.StreamableHTTPHandler {
 }
 
 // Restart drops every MCP session, as a rig whose server restarted does: clients must reconnect.
+// The watchdog forgets the wake it had raised.
 func (r *Rig) Restart() {
 	r.mu.Lock()
 	r.handler = r.newHandler()
+	r.forgetWake()
 	r.mu.Unlock()
 	for ss := range r.server.Sessions() {
 		ss.Close()

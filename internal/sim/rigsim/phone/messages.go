@@ -48,15 +48,39 @@ func (t *thread) send(now time.Time, after time.Duration) {
 }
 
 // deliver moves due replies into the thread; they count as unread unless the thread is on screen.
-func (t *thread) deliver(now time.Time, viewing bool) {
+// It returns how many arrived while the thread was not on screen: each showed a notification banner.
+func (t *thread) deliver(now time.Time, viewing bool) (banners int) {
 	for len(t.pending) > 0 && !now.Before(t.pending[0].at) {
 		t.messages = append(t.messages, t.pending[0])
 		t.pending = t.pending[1:]
 		if !viewing {
 			t.unread++
+			banners++
 		}
 	}
+	return banners
 }
+
+// Receive delivers a message from contact now, on that contact's thread (a new thread, at the
+// end of the list, for a contact the phone has not talked to). Like a reply it is unread, and
+// shows a notification banner, unless the thread is on screen. A new contact answers "OK" to
+// whatever is sent.
+func (p *Phone) Receive(contact, text string) {
+	t := p.thread(contact)
+	if t == nil {
+		t = &thread{name: contact}
+		p.threads = append(p.threads, t)
+	}
+	t.messages = append(t.messages, message{text: text, at: p.now})
+	if !p.viewingThread(contact) {
+		t.unread++
+		p.banners++
+	}
+}
+
+// Banners counts the notification banners the phone has shown since it started: messages that
+// arrived on a thread that was not on screen.
+func (p *Phone) Banners() int { return p.banners }
 
 func (p *Phone) thread(name string) *thread {
 	i := slices.IndexFunc(p.threads, func(t *thread) bool { return t.name == name })

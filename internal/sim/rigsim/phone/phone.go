@@ -45,6 +45,7 @@ type Phone struct {
 	wifi      bool
 	timer     timer
 	threads   []*thread
+	banners   int // notification banners shown (Banners)
 	shop      shop
 	taps      int
 }
@@ -84,7 +85,7 @@ func (p *Phone) Advance(d time.Duration) {
 	p.now = p.now.Add(d)
 	p.timer.tick(p.now)
 	for _, t := range p.threads {
-		t.deliver(p.now, p.viewingThread(t.name))
+		p.banners += t.deliver(p.now, p.viewingThread(t.name))
 	}
 	if p.cfg.AutoLock > 0 && !p.locked && p.now.Sub(p.touch) >= p.cfg.AutoLock {
 		p.Lock()

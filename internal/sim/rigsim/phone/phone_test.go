@@ -94,3 +94,28 @@ func TestSoldOutCannotBeBought(t *testing.T) {
 		t.Fatalf("cart = %+v", s.Shop.Cart)
 	}
 }
+
+// A message received now is unread and shows a banner unless its thread is on screen; a
+// contact the phone does not know gets a new thread; a locked phone lists it on the lock screen.
+func TestReceive(t *testing.T) {
+	p := New(Config{})
+	p.Receive("Ana", "Are you free on Saturday?")
+	if s := p.State(); len(s.Messages.Received) != 1 || s.Messages.Unread != 1 || p.Banners() != 1 {
+		t.Fatalf("messages %+v, banners %d: want one unread with a banner", s.Messages, p.Banners())
+	}
+	tapLabel(t, p, "Messages")
+	tapLabel(t, p, "Ana")
+	p.Receive("Ana", "Say yes")
+	if s := p.State(); s.Messages.Unread != 0 || p.Banners() != 1 {
+		t.Fatalf("on Ana's thread: unread %d, banners %d, want 0 and still 1", s.Messages.Unread, p.Banners())
+	}
+	p.Receive("Dan", "hello")
+	p.Lock()
+	found := false
+	for _, e := range p.Screen() {
+		found = found || e.Label == "Dan: hello"
+	}
+	if s := p.State(); !found || s.Messages.Unread != 1 || p.Banners() != 2 || s.Messages.Received[2].Contact != "Dan" {
+		t.Fatalf("a new contact: found on the lock screen %v, messages %+v, banners %d", found, s.Messages, p.Banners())
+	}
+}
