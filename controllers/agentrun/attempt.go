@@ -311,7 +311,7 @@ func waitsForProbe(run *farmv1.AgentRun, rig *farmv1.DeviceRig, now time.Time) (
 	if ended.IsZero() {
 		return time.Time{}, false
 	}
-	if p := rig.Status.LastProbeTime; (p != nil && !p.Time.Before(ended)) || !now.Before(ended.Add(probeWait)) {
+	if p := rig.Status.LastProbeTime; (p != nil && !p.Time.Before(attempt.ProbeAnswersFrom(ended))) || !now.Before(ended.Add(probeWait)) {
 		return time.Time{}, false
 	}
 	return earliest(now.Add(time.Second), ended.Add(probeWait)), true

@@ -103,7 +103,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 	// 4. Its health route, at most every probe interval (probe.go), and at
 	// once when the run holding it found it not set up (notsetup.go).
-	asked := r.probeAsked(ctx, &rig, holder, r.lastProbe(req.NamespacedName, st.LastProbeTime))
+	askedFrom := r.probeAsked(ctx, &rig, holder, r.lastProbe(req.NamespacedName, st.LastProbeTime))
+	asked := !askedFrom.IsZero() && !now.Before(askedFrom)
 	probed, lastProbe := r.probeIfDue(ctx, &rig, now, holder != "", asked)
 
 	// 5. Ready and phase, derived from the conditions and the Lease.
@@ -135,6 +136,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// probe too, whose answer the status holds: rigs that all went InUse
 	// at once then do not all come due together an interval later.
 	next := lastProbe.Add(r.Config.ProbeInterval).Sub(r.Clock.Now()) // lastProbe is set: a probe is never due past this point
+	if !askedFrom.IsZero() && !asked {
+		next = min(next, askedFrom.Sub(r.Clock.Now()))
+	}
 	changed := !equality.Semantic.DeepEqual(before, st)
 	switch {
 	case probed && (changed || asked || due(st.LastProbeTime, now, r.recordInterval())):

@@ -23,18 +23,26 @@ import (
 // holds the rig waits for a probe after its attempt ended before it starts
 // the next one.
 
-// probeAsked says whether the run holding the rig found it not set up after
-// the rig's last probe: then it is probed now.
-func (r *Reconciler) probeAsked(ctx context.Context, rig *farmv1.DeviceRig, holder string, lastProbe time.Time) bool {
+// probeAsked says from when a probe answers the run holding the rig, when
+// that run found it not set up after the rig's last probe, and zero when no
+// run asks. The probe is made then (attempt.ProbeAnswersFrom: a probe in the
+// second the attempt finished would not count).
+func (r *Reconciler) probeAsked(ctx context.Context, rig *farmv1.DeviceRig, holder string, lastProbe time.Time) time.Time {
 	if holder == "" {
-		return false
+		return time.Time{}
 	}
 	var run farmv1.AgentRun
 	if err := r.Get(ctx, types.NamespacedName{Namespace: rig.Namespace, Name: holder}, &run); err != nil {
-		return false
+		return time.Time{}
 	}
 	at := attempt.RigNotSetUpAt(&run)
-	return !at.IsZero() && run.Status.Rig == rig.Name && !lastProbe.After(at)
+	if at.IsZero() || run.Status.Rig != rig.Name {
+		return time.Time{}
+	}
+	if from := attempt.ProbeAnswersFrom(at); lastProbe.Before(from) {
+		return from
+	}
+	return time.Time{}
 }
 
 // notSetUpEvents wakes a rig when the run holding it records an attempt that

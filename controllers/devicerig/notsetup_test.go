@@ -85,9 +85,20 @@ func TestNotSetUpAttemptProbesTheRigAtOnce(t *testing.T) {
 	if err := c.Status().Update(context.Background(), run); err != nil {
 		t.Fatal(err)
 	}
+	// Status times are whole seconds: a probe in the second the attempt
+	// finished could not tell the run it came after, so it comes from the
+	// next second on, and the rig is looked at again then.
 	clk.SetTime(clk.Now().Add(200 * time.Millisecond))
+	res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if probes.Load() != 1 || res.RequeueAfter <= 0 || res.RequeueAfter > time.Second {
+		t.Fatalf("in the attempt's second: %d probes, requeue after %s; want no probe yet and a look within a second", probes.Load(), res.RequeueAfter)
+	}
+	clk.SetTime(ended.Add(time.Second))
 	got := reconcile()
-	if got.Status.Phase != farmv1.RigNotReady || probes.Load() != 2 || got.Status.LastProbeTime == nil || got.Status.LastProbeTime.Before(&ended) {
+	if got.Status.Phase != farmv1.RigNotReady || probes.Load() != 2 || got.Status.LastProbeTime == nil || !got.Status.LastProbeTime.After(ended.Time) {
 		t.Fatalf("after the report: %s after %d probes, last probe %v; want NotReady after 2, probed after %v",
 			got.Status.Phase, probes.Load(), got.Status.LastProbeTime, ended)
 	}

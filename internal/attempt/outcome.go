@@ -396,3 +396,11 @@ func RigNotSetUpAt(run *farmv1.AgentRun) time.Time {
 	}
 	return last.FinishTime.Time
 }
+
+// ProbeAnswersFrom is the earliest probe time that answers an attempt that
+// found its rig not set up at the given finish time. Both times are recorded
+// in whole seconds, so a probe in the second the attempt finished may have
+// come before the rig said so: only a probe from the next second on counts.
+func ProbeAnswersFrom(finished time.Time) time.Time {
+	return finished.Truncate(time.Second).Add(time.Second)
+}
