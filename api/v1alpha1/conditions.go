@@ -190,6 +190,11 @@ const (
 	EventStaleLeaseReleased = "StaleLeaseReleased"
 	// EventRigPhasePrefix prefixes the new phase in a phase change's Event.
 	EventRigPhasePrefix = "Phase"
+	// EventWokeUp: the phone woke and a wake-up run was created.
+	EventWokeUp = "WokeUp"
+	// EventWakeUpFailed: the phone woke and its wake-up run could not be
+	// created (the message says why); the wake is tried again at the next probe.
+	EventWakeUpFailed = "WakeUpFailed"
 )
 
 // Reasons of a ToolPolicy's Ready condition (ConditionReady).
@@ -315,4 +320,6 @@ const (
 	KindAgentJob = "agent-job"
 	// KindFollowUpJob marks the pods of those CronJobs' Jobs (`manager followup`).
 	KindFollowUpJob = "followup-job"
+	// KindWakeUp marks a run a rig's wake-up created; LabelRig names the rig.
+	KindWakeUp = "wake-up"
 )

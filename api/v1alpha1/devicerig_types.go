@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -55,6 +57,7 @@ type StateVolume struct {
 }
 
 // DeviceRigSpec is one phone rig: a phone, a camera and a stylus arm on one node.
+// +kubebuilder:validation:XValidation:rule="!has(self.wakeUp) || !has(self.wakeUp.watchURL) || self.wakeUp.watchURL.lowerAscii().find('//(\\\\[[^\\\\]]*\\\\]|[^/:?#]+)') == self.endpoint.url.lowerAscii().find('//(\\\\[[^\\\\]]*\\\\]|[^/:?#]+)')",message="wakeUp.watchURL must be on the endpoint URL's host: the manager fetches it, so it may not point anywhere else"
 type DeviceRigSpec struct {
 	// NodeName is the node the rig is plugged into; loop pods are pinned there.
 	// +kubebuilder:validation:MinLength=1
@@ -94,6 +97,114 @@ type DeviceRigSpec struct {
 	// +kubebuilder:validation:MaxItems=8
 	// +optional
 	Bootstrap []BootstrapSource `json:"bootstrap,omitempty"`
+
+	// WakeUp starts a run when the phone wakes: while the rig is free, its
+	// watch route (GET /api/phone/watch) says when the screen changed — a
+	// message arrived — and the operator creates an AgentRun from this
+	// template on this rig, the watch's reason in its trigger: at most one
+	// wake-up run at a time, at most one per minInterval
+	// (docs/wake-ups.md).
+	// +optional
+	WakeUp *WakeUp `json:"wakeUp,omitempty"`
+}
+
+// WakeUp is the run a rig's phone starts when it wakes.
+type WakeUp struct {
+	// Template is the run a wake-up starts.
+	Template WakeUpTemplate `json:"template"`
+
+	// MinIntervalSeconds is the least time between two wake-up runs on the
+	// rig, counted from the last one's creation; a wake inside it waits for
+	// it to pass (the rig gateway keeps the wake until a session takes the
+	// rig).
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=86400
+	// +kubebuilder:default=60
+	// +optional
+	MinIntervalSeconds *int32 `json:"minIntervalSeconds,omitempty"`
+
+	// WatchURL answers GET with {"wake": bool, "reason": "…"}, on the
+	// endpoint URL's host. Default: the health URL with its /api/status
+	// replaced by /api/phone/watch (on a rig gateway, the gateway's own
+	// record of the rig's wakes), else /api/phone/watch on the URL's host.
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^https?://[^/\s]+(/\S*)?$`
+	// +optional
+	WatchURL string `json:"watchURL,omitempty"`
+}
+
+// WakeUpTemplate is the AgentRun a wake-up creates, in the rig's namespace,
+// with spec.rigRef this rig.
+type WakeUpTemplate struct {
+	// Labels and annotations the run gets, beside the operator's own.
+	// +optional
+	Metadata WakeUpMetadata `json:"metadata,omitempty"`
+	// Spec of the run.
+	Spec WakeUpRunSpec `json:"spec"`
+}
+
+// WakeUpMetadata is what a wake-up run carries of the template's metadata.
+type WakeUpMetadata struct {
+	// +kubebuilder:validation:MaxProperties=32
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+	// +kubebuilder:validation:MaxProperties=32
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+// WakeUpRunSpec is an AgentRun's spec without the rig (the waking rig) or
+// cancel. The run's trigger is Trigger, a blank line, and what the watch
+// said ("The phone woke: notification banner appeared at top of screen").
+type WakeUpRunSpec struct {
+	// Trigger opens the run, before the wake's reason. Default: look at
+	// what arrived and deal with it, or end IDLE when nothing is new.
+	// +kubebuilder:validation:MaxLength=8192
+	// +kubebuilder:validation:XValidation:rule=`!self.contains('\u0000')`,message="trigger may not contain a NUL character: it reaches the loop pod as an environment variable, which cannot hold one"
+	// +optional
+	Trigger string `json:"trigger,omitempty"`
+	// QueueMode of the run (AgentRunSpec.queueMode): steer or collect
+	// delivers a wake into a session that holds the rig by then.
+	// +kubebuilder:default=queue
+	// +optional
+	QueueMode QueueMode `json:"queueMode,omitempty"`
+	// Model drives the agent.
+	Model ModelSpec `json:"model"`
+	// +kubebuilder:default={}
+	// +optional
+	Limits RunLimits `json:"limits,omitempty"`
+	// +kubebuilder:validation:MaxItems=16
+	// +optional
+	Skills []SkillSource `json:"skills,omitempty"`
+	// +kubebuilder:validation:MaxItems=8
+	// +optional
+	Bootstrap []BootstrapSource `json:"bootstrap,omitempty"`
+	// +kubebuilder:validation:MaxLength=16384
+	// +kubebuilder:validation:XValidation:rule=`!self.contains('\u0000')`,message="systemPromptAppend may not contain a NUL character: it reaches the loop pod as an environment variable, which cannot hold one"
+	// +optional
+	SystemPromptAppend string `json:"systemPromptAppend,omitempty"`
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=64
+	// +optional
+	DenyTools []string `json:"denyTools,omitempty"`
+	// +kubebuilder:default={}
+	// +optional
+	FollowUp FollowUpPolicy `json:"followUp,omitempty"`
+	// TTLSecondsAfterFinished deletes the run this long after it finished.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=31536000
+	// +optional
+	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
+	// +optional
+	Pod *PodOverrides `json:"pod,omitempty"`
+}
+
+// MinInterval is MinIntervalSeconds as a duration, 60 s when unset.
+func (w *WakeUp) MinInterval() time.Duration {
+	if w.MinIntervalSeconds == nil {
+		return time.Minute
+	}
+	return time.Duration(*w.MinIntervalSeconds) * time.Second
 }
 
 // RigPhase is the rig's state as the operator sees it.
@@ -168,6 +279,25 @@ type DeviceRigStatus struct {
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// WakeUp is the rig's last wake-up: when the phone woke, why, and the
+	// run it started.
+	// +optional
+	WakeUp *WakeUpStatus `json:"wakeUp,omitempty"`
+}
+
+// WakeUpStatus is a rig's last wake-up.
+type WakeUpStatus struct {
+	// Time the wake-up run was created.
+	Time metav1.Time `json:"time"`
+	// Reason is what the rig's watch said.
+	// +kubebuilder:validation:MaxLength=1024
+	Reason string `json:"reason"`
+	// Run is the AgentRun it started.
+	// +kubebuilder:validation:MaxLength=253
+	Run string `json:"run"`
+	// Count is how many wake-up runs the rig has started.
+	// +optional
+	Count int64 `json:"count,omitempty"`
 }
 
 // DeviceRig is one phone rig: a phone under a camera and a stylus arm, on one node,

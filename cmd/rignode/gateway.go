@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/tools/clientcmd"
@@ -28,6 +29,7 @@ func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 type gatewayFlags struct {
 	kubeconfig, listen, audience *string
 	rigs, public                 stringList
+	watchInterval                *time.Duration
 }
 
 // newGatewayFlags makes the flag set of `rignode gateway`.
@@ -39,6 +41,7 @@ func newGatewayFlags() (*flag.FlagSet, *gatewayFlags) {
 	fs.Var(&f.rigs, "rig", "a rig to front, namespace/rig=URL of its own server on this host's loopback (e.g. farm/rig-0=http://127.0.0.1:8048); repeat, or comma-separate")
 	fs.Var(&f.public, "public-path", "a path under the rig that a GET reaches without a token (default /api/status, the health route); repeat")
 	f.audience = fs.String("audience", contract.DefaultRigAudience, "the audience loop pods' rig tokens are projected for")
+	f.watchInterval = fs.Duration("watch-interval", riggate.DefaultWatchInterval, "how often a rig's own watch route ("+contract.RigWatchPath+") is polled while the rig is free and the manager asks for its wake-ups; 0 turns wake-ups off")
 	return fs, f
 }
 
@@ -71,7 +74,7 @@ func gateway(ctx context.Context, args []string) int {
 	// The watches' own log lines (client-go's reflectors, through
 	// controller-runtime) go to the same place, at warnings and above.
 	ctrllog.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
-	o := riggate.Options{Listen: *listen, Rigs: parsed, Config: cfg, Audience: *audience,
+	o := riggate.Options{Listen: *listen, Rigs: parsed, Config: cfg, Audience: *audience, WatchInterval: *f.watchInterval,
 		Logf: func(f string, a ...any) { logger.Info(fmt.Sprintf(f, a...)) }}
 	if len(public) > 0 {
 		o.Public = public

@@ -67,11 +67,17 @@ type Reconciler struct {
 	// time.Time), which the status records only when something else changed
 	// or ProbeRecordInterval has passed. A new manager starts from the status.
 	probed sync.Map
+	// woke holds each rig's last wake-up as this manager made it
+	// (*farmv1.WakeUpStatus), ahead of a status the cache may not show yet.
+	woke sync.Map
+	// wakeAt holds when a rate-limited wake may start its run
+	// (time.Time), ahead of the next probe.
+	wakeAt sync.Map
 }
 
 // +kubebuilder:rbac:groups=farm.clawfarm.dev,resources=devicerigs,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=farm.clawfarm.dev,resources=devicerigs/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=farm.clawfarm.dev,resources=agentruns,verbs=get;list;watch
+// +kubebuilder:rbac:groups=farm.clawfarm.dev,resources=agentruns,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;delete
 
@@ -83,6 +89,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if apierrors.IsNotFound(err) {
 			rigsByPhase.forget(req.String())
 			r.probed.Delete(req.NamespacedName)
+			r.woke.Delete(req.NamespacedName)
+			r.wakeAt.Delete(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -127,7 +135,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	rigsByPhase.set(&rig)
 
-	// 6. Write what changed; an Event when the rig's health moved. Ready ↔ InUse
+	// 6. A phone that woke while the rig is free starts a run (wake.go).
+	var wakeAgain time.Time
+	if (probed || r.wakeDue(req.NamespacedName, now)) && rig.Spec.WakeUp != nil && st.Phase == farmv1.RigReady && holder == "" {
+		wakeAgain = r.wakeUp(ctx, &rig, now)
+		r.wakeAt.Store(req.NamespacedName, wakeAgain)
+	}
+
+	// 7. Write what changed; an Event when the rig's health moved. Ready ↔ InUse
 	// is every session's rhythm, shown in the status and on the run's own
 	// events; a Lease passing from one run to the next changes nothing here.
 	// The probe's time goes in with any other change, and on its own only
@@ -138,6 +153,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	next := lastProbe.Add(r.Config.ProbeInterval).Sub(r.Clock.Now()) // lastProbe is set: a probe is never due past this point
 	if !askedFrom.IsZero() && !asked {
 		next = min(next, askedFrom.Sub(r.Clock.Now()))
+	}
+	if !wakeAgain.IsZero() {
+		next = min(next, wakeAgain.Sub(r.Clock.Now()))
 	}
 	changed := !equality.Semantic.DeepEqual(before, st)
 	switch {

@@ -22,11 +22,17 @@ var (
 		Name: "clawfarm_rig_probe_failures_total",
 		Help: "Rig health probes that failed, by rig.",
 	}, []string{"namespace", "rig"})
+	// wakeUps counts the phone's wake-ups by what came of them: started (a
+	// wake-up run was created) or failed (its creation was refused).
+	wakeUps = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "clawfarm_rig_wakeups_total",
+		Help: "Rig wake-ups that started a run (result=started) or could not (result=failed), by rig.",
+	}, []string{"namespace", "rig", "result"})
 	rigsByPhase = &phaseBook{phases: map[string]farmv1.RigPhase{}}
 )
 
 func init() {
-	metrics.Registry.MustRegister(rigsGauge, probeFailures)
+	metrics.Registry.MustRegister(rigsGauge, probeFailures, wakeUps)
 }
 
 // phaseBook remembers each rig's last phase so the gauge counts rigs, not observations.
@@ -54,6 +60,7 @@ func (b *phaseBook) set(rig *farmv1.DeviceRig) {
 func (b *phaseBook) forget(key string) {
 	if ns, name, ok := strings.Cut(key, "/"); ok {
 		probeFailures.DeleteLabelValues(ns, name)
+		wakeUps.DeletePartialMatch(map[string]string{"namespace": ns, "rig": name})
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()

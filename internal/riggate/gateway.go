@@ -24,6 +24,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -31,6 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	farmv1 "github.com/clawfarm/clawfarm/api/v1alpha1"
+	"github.com/clawfarm/clawfarm/internal/contract"
 )
 
 // Caller is the attempt a token is bound to.
@@ -74,8 +76,13 @@ type Gateway struct {
 	// the run's ToolPolicies hold for approval needs the run's answer.
 	Runs client.Reader
 	Logf func(format string, args ...any)
+	// WatchInterval is how often a watched rig's own watch route is polled
+	// while the rig is free (wake.go); zero: the gateway keeps no record of
+	// wakes and its watch route is not served.
+	WatchInterval time.Duration
 
 	guard guard
+	wakes wakeBook
 
 	mu       sync.Mutex
 	sessions map[string]map[*session]struct{} // namespace/rig → requests in flight
@@ -100,6 +107,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	up, ok := g.Upstream(ns, rig)
 	if !ok {
 		http.Error(w, fmt.Sprintf("rig %s/%s is not behind this gateway", ns, rig), http.StatusNotFound)
+		return
+	}
+	if r.Method == http.MethodGet && rest == contract.RigWatchPath && g.WatchInterval > 0 {
+		g.serveWake(w, ns, rig, up)
 		return
 	}
 	if (r.Method == http.MethodGet || r.Method == http.MethodHead) && slices.Contains(g.Public, rest) {
@@ -217,6 +228,9 @@ func (g *Gateway) LeaseChanged(namespace, rig string, l *coordinationv1.Lease) {
 	holder := ""
 	if l != nil && l.DeletionTimestamp == nil {
 		holder = holderOf(l)
+	}
+	if holder != "" {
+		g.takeWake(namespace, rig)
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()

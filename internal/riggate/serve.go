@@ -47,6 +47,9 @@ type Options struct {
 	Logf     func(format string, args ...any)
 	// Serving is called with the address once the gateway listens.
 	Serving func(addr string)
+	// WatchInterval is how often a watched rig's own watch route is polled
+	// while it is free (Gateway.WatchInterval; zero: wakes are not watched).
+	WatchInterval time.Duration
 }
 
 // ParseRigs reads rig mappings, each "namespace/rig=URL" where URL is the
@@ -139,6 +142,8 @@ func Serve(ctx context.Context, o Options) error {
 		Runs:   objects,
 		Public: o.Public,
 		Logf:   logf,
+
+		WatchInterval: o.WatchInterval,
 	}
 	leases, err := objects.GetInformer(ctx, &coordinationv1.Lease{})
 	if err != nil {
@@ -216,6 +221,7 @@ func Serve(ctx context.Context, o Options) error {
 	go func() {
 		if objects.WaitForCacheSync(ctx) {
 			logf("rig gateway: watching the rigs' Leases and attempt pods")
+			g.RunWatches(ctx) // a rig's wakes are polled only while its Lease is known free
 		}
 	}()
 	select {

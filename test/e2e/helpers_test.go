@@ -41,6 +41,7 @@ const (
 	rigBadImage
 	rigLiveTrace
 	rigApproval
+	rigWake
 	// Six rigs of one capped model account: see account_test.go.
 	rigCap0
 	rigCap1

@@ -3,6 +3,8 @@ package rigsim
 import (
 	"net/http"
 	"strings"
+
+	"github.com/clawfarm/clawfarm/internal/contract"
 )
 
 // The camera watchdog. A PhysiClaw rig watches its phone's screen and answers
@@ -21,7 +23,7 @@ const (
 	// WakeIdle is PhysiClaw's idle fallback, a wake with nothing new on the
 	// phone; rigsim raises it only when POST /api/sim/wake asks without a
 	// reason, never on its own.
-	WakeIdle = "idle check-in (no wake for 30+ min)"
+	WakeIdle = contract.WakeReasonIdle
 )
 
 // Watch is the body of GET /api/phone/watch.
