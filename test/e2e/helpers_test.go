@@ -41,7 +41,6 @@ const (
 	rigBadImage
 	rigLiveTrace
 	rigApproval
-	rigWake
 	// Six rigs of one capped model account: see account_test.go.
 	rigCap0
 	rigCap1
