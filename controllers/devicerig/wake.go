@@ -2,9 +2,7 @@ package devicerig
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -193,17 +191,7 @@ func (r *Reconciler) watch(ctx context.Context, rig *farmv1.DeviceRig) (contract
 		return wake, err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxHealthBody))
-	if err != nil {
-		return wake, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return wake, fmt.Errorf("GET %s answered %s", u, resp.Status)
-	}
-	if err := json.Unmarshal(body, &wake); err != nil {
-		return wake, fmt.Errorf("GET %s did not answer the watch JSON (%d bytes)", u, len(body))
-	}
-	return wake, nil
+	return contract.ReadRigWake(resp, u)
 }
 
 func (r recorder) wokeUp(rig *farmv1.DeviceRig, reason, run string) {

@@ -1,6 +1,12 @@
 package contract
 
-import "time"
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+)
 
 // RigWatchPath is a PhysiClaw rig's watch route: GET answers RigWake, a
 // camera watchdog's word that the phone's screen changed while the rig was
@@ -21,3 +27,23 @@ type RigWake struct {
 // phone: the idle check-in its watchdog makes after long quiet. A session
 // it starts ends IDLE when it finds nothing to do.
 const WakeReasonIdle = "idle check-in (no wake for 30+ min)"
+
+// maxWakeBody is the most of a watch answer that is read.
+const maxWakeBody = 64 << 10
+
+// ReadRigWake reads a watch route's answer to GET u: 200 and the RigWake
+// JSON, at most 64 KiB of it. Nothing of a wrong answer is echoed.
+func ReadRigWake(resp *http.Response, u string) (RigWake, error) {
+	var wake RigWake
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxWakeBody))
+	if err != nil {
+		return wake, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return wake, fmt.Errorf("GET %s answered %s", u, resp.Status)
+	}
+	if err := json.Unmarshal(body, &wake); err != nil {
+		return wake, fmt.Errorf("GET %s did not answer the watch JSON (%d bytes)", u, len(body))
+	}
+	return wake, nil
+}

@@ -3,8 +3,6 @@ package riggate
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -37,9 +35,6 @@ const WakeInterest = 2 * time.Minute
 // DefaultWatchInterval is how often the gateway polls a watched rig's own
 // watch route, as PhysiClaw's own runtime does.
 const DefaultWatchInterval = time.Second
-
-// maxWakeBody is the most of a rig's watch answer the gateway reads.
-const maxWakeBody = 64 << 10
 
 // rigWake is what the gateway knows of one rig's wakes.
 type rigWake struct {
@@ -190,16 +185,9 @@ func (g *Gateway) pollRig(ctx context.Context, up *url.URL) (*contract.RigWake, 
 		return nil, err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxWakeBody))
+	wake, err := contract.ReadRigWake(resp, u.String())
 	if err != nil {
 		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s answered %s", u.String(), resp.Status)
-	}
-	var wake contract.RigWake
-	if err := json.Unmarshal(body, &wake); err != nil {
-		return nil, fmt.Errorf("GET %s did not answer the watch JSON (%d bytes)", u.String(), len(body))
 	}
 	return &wake, nil
 }
